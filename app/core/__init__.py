@@ -1,0 +1,1 @@
+"""Qt-free domain code: settings, paths, model preparation, text splitting."""

@@ -1,0 +1,119 @@
+"""Nalar's settings: one typed, validated schema, stored as JSON in the config dir.
+
+Every option is declared once here, with its range and description; the
+settings dialog and the engine both read this schema, never a second list.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from app.core import paths
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+SETTINGS_FILE = "settings.json"
+
+KvCacheDtype = Literal["auto", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
+
+
+class EngineConfig(BaseModel):
+    """What the engine is started with. Changing any of it needs an engine restart."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    model: str = Field("", description="Model folder or Hugging Face id; empty means the embedded SmolLM2-135M.")
+    kv_cache_dtype: KvCacheDtype = Field("auto", description="Element type of the KV cache. fp8 halves its size.")
+    max_model_len: int = Field(4096, ge=256, le=1_048_576, description="Context length in tokens.")
+    gpu_memory_utilization: float = Field(
+        0.85, gt=0.05, le=0.98, description="Share of VRAM vLLM may take for weights and KV cache (GPU only).")
+    cpu_kv_cache_gib: float = Field(1.0, ge=0.125, le=512, description="KV cache pool size on the CPU engine.")
+    enable_prefix_caching: bool = Field(True, description="Reuse the KV of a shared conversation prefix.")
+    enforce_eager: bool | None = Field(
+        None, description="Skip graph capture: faster start, slower decode. None: eager on CPU only.")
+    trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless opted in.")
+    reasoning_mode: bool = Field(
+        True, description="For models without native thinking: open <think> and give them a think budget.")
+
+
+class SamplingConfig(BaseModel):
+    """Per-request sampling; defaults are those recommended for R1-style models."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    temperature: float = Field(0.6, ge=0.0, le=2.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    max_tokens: int = Field(1024, ge=1, le=131_072, description="Most answer tokens per reply.")
+    repetition_penalty: float = Field(1.0, ge=1.0, le=2.0)
+    think_budget: int = Field(1024, ge=0, le=131_072, description="Most thinking tokens before the answer is forced.")
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    schema_version: int = SCHEMA_VERSION
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+
+
+# Migrations take the raw dict of version N and return version N + 1.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def settings_path() -> Path:
+    return paths.config_dir() / SETTINGS_FILE
+
+
+def _migrate(raw: dict[str, Any]) -> dict[str, Any]:
+    version = int(raw.get("schema_version", SCHEMA_VERSION))
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"settings were written by a newer Nalar (schema {version})")
+    while version < SCHEMA_VERSION:
+        raw = MIGRATIONS[version](raw)
+        version += 1
+        raw["schema_version"] = version
+    return raw
+
+
+def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
+    """Load settings. Returns (settings, notice); the notice tells the user about a recovery.
+
+    A file that can't be read as valid settings is moved aside and defaults load, so
+    nothing the user wrote is lost and Nalar still starts.
+    """
+    path = path or settings_path()
+    if not path.exists():
+        return Settings(), None
+    try:
+        return Settings.model_validate(_migrate(json.loads(path.read_text(encoding="utf-8")))), None
+    except (OSError, ValueError, ValidationError, KeyError) as exc:
+        backup = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        path.replace(backup)
+        log.warning("settings file %s was unreadable (%s); moved to %s", path, type(exc).__name__, backup)
+        return Settings(), (f"Your settings file could not be read ({_short_reason(exc)}). "
+                            f"It was saved as {backup} and the defaults are in use.")
+
+
+def _short_reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return str(exc).splitlines()[0][:200]
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    """Write atomically, so a crash mid-write never leaves a half file."""
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(settings.model_dump_json(indent=2), encoding="utf-8")
+    os.replace(tmp, path)

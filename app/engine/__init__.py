@@ -1,0 +1,1 @@
+"""The engine layer: vLLM in-process, typed events, no Qt."""

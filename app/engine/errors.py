@@ -1,0 +1,34 @@
+"""Engine failures as values the UI can show: what went wrong and what fixes it."""
+
+from __future__ import annotations
+
+import enum
+
+
+class FailureKind(enum.Enum):
+    MODEL_NOT_FOUND = "model not found"
+    KV_DTYPE_UNSUPPORTED = "KV cache dtype unsupported here"
+    OUT_OF_MEMORY = "out of memory"
+    ENGINE_DIED = "engine stopped"
+    ENGINE_START_FAILED = "engine failed to start"
+    PROMPT_TOO_LONG = "prompt too long"
+    REQUEST_FAILED = "request failed"
+    NOT_READY = "engine not ready"
+
+
+class EngineFailure(Exception):
+    """A typed engine error. ``fallback`` is a config change that is known to work, if any."""
+
+    def __init__(self, kind: FailureKind, message: str, fix: str,
+                 fallback: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.fix = fix
+        self.fallback = fallback or {}
+
+    def __str__(self) -> str:
+        return f"{self.message} — {self.fix}"
+
+    def __repr__(self) -> str:
+        return f"EngineFailure({self.kind.name}, {self.message!r})"

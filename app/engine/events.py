@@ -1,0 +1,93 @@
+"""Typed events the engine layer emits, as plain dataclasses (no Qt).
+
+The UI's bridge turns them into Qt signals; the CLI prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from app.engine.errors import EngineFailure
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+@dataclass(frozen=True)
+class StatusChanged:
+    """Engine lifecycle: loading progress, ready, stopped, failed."""
+
+    state: Literal["idle", "loading", "ready", "stopping", "stopped", "failed"]
+    message: str
+    progress: float | None = None  # 0..1, or None while it can't be estimated
+
+
+@dataclass(frozen=True)
+class EngineReady:
+    """The engine is loaded; capacity figures come from vLLM's own config."""
+
+    model: str
+    kv_cache_dtype: str
+    max_model_len: int
+    kv_capacity_tokens: int
+    max_concurrency: float
+    load_seconds: float
+
+
+@dataclass(frozen=True)
+class ThinkingDelta:
+    request_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class AnswerDelta:
+    request_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ContextTrimmed:
+    """Oldest turns were dropped so the conversation fits the context."""
+
+    request_id: str
+    dropped_messages: int
+
+
+@dataclass(frozen=True)
+class Metrics:
+    request_id: str
+    phase: Literal["thinking", "answer"]
+    thinking_tokens: int
+    answer_tokens: int
+    thinking_tok_s: float  # smoothed live rate while that phase streams
+    answer_tok_s: float
+    thinking_ms_per_token: float
+    answer_ms_per_token: float
+    ttft_s: float | None
+    prompt_tokens: int
+    context_tokens: int  # prompt plus everything generated so far
+    max_model_len: int
+    kv_usage: float  # 0..1, from vLLM's scheduler stats
+    kv_capacity_tokens: int
+    running_requests: int = 0
+    waiting_requests: int = 0
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: str
+    reason: FinishReason
+    thinking_text: str
+    answer_text: str
+    metrics: Metrics | None = None
+
+
+@dataclass(frozen=True)
+class EngineErrorEvent:
+    request_id: str | None
+    failure: EngineFailure = field(compare=False)
+
+
+EngineEvent = (StatusChanged | EngineReady | ThinkingDelta | AnswerDelta | ContextTrimmed
+               | Metrics | Finished | EngineErrorEvent)

@@ -1,0 +1,477 @@
+"""EngineHost: owns vLLM's in-process AsyncLLM on the engine loop thread.
+
+Every ``async def`` here runs on the engine loop. Other threads reach them with
+``host.loop_thread.submit(...)`` (sync callers) or ``on_engine(...)`` (async
+callers on another loop). ``generate`` is an async stream of typed events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.core.settings import EngineConfig, SamplingConfig
+from app.engine import capability, vllm_logging
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import (
+    AnswerDelta, ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished,
+    FinishReason, Metrics, StatusChanged, ThinkingDelta,
+)
+from app.engine.loop_thread import EngineLoopThread
+from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, make_splitter, reasoning_parser_name
+
+log = logging.getLogger(__name__)
+
+# Children inherit this, so leftovers from a crashed run can be told apart from anyone else's vLLM.
+OWNER_ENV = "NALAR_ENGINE_OWNER"
+REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step inside <think> and "
+                           "</think>, then give a short, clear answer.")
+FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
+METRICS_INTERVAL_S = 0.1
+# vLLM's dtype names for ours; "fp8_e4m3" is spelled out so CUDA and CPU agree.
+VLLM_KV_DTYPE = {"auto": "auto", "bfloat16": "bfloat16", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+
+EventSink = Callable[[EngineEvent], None]
+Message = dict[str, str]
+
+
+@dataclass
+class KvStats:
+    """Latest scheduler figures, written by the stat logger on the engine loop."""
+
+    usage: float = 0.0
+    running: int = 0
+    waiting: int = 0
+    peak_usage: float = 0.0
+
+
+def _stat_logger_factory(stats: KvStats) -> Any:
+    """A vLLM stat logger class bound to ``stats``. vLLM marks this interface unstable."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class KvStatLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            self.stats = stats
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any,
+                   mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+            if scheduler_stats is not None:
+                self.stats.usage = float(scheduler_stats.kv_cache_usage)
+                self.stats.peak_usage = max(self.stats.peak_usage, self.stats.usage)
+                self.stats.running = int(scheduler_stats.num_running_reqs)
+                self.stats.waiting = int(scheduler_stats.num_waiting_reqs)
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return KvStatLogger
+
+
+class _PhaseRate:
+    """Smoothed tokens/s and ms/token for one phase, from delta arrival times."""
+
+    ALPHA = 0.3
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self._last: float | None = None
+        self._ema_ms: float | None = None
+
+    def add(self, now: float, tokens: int) -> None:
+        if tokens <= 0:
+            return
+        if self._last is not None:
+            ms = (now - self._last) * 1000.0 / tokens
+            self._ema_ms = ms if self._ema_ms is None else self._ema_ms + self.ALPHA * (ms - self._ema_ms)
+        self._last = now
+        self.tokens += tokens
+
+    def restart_clock(self, now: float) -> None:
+        """A new request continues this phase: the gap is not a token interval."""
+        self._last = now
+
+    @property
+    def ms_per_token(self) -> float:
+        return self._ema_ms or 0.0
+
+    @property
+    def tok_s(self) -> float:
+        return 1000.0 / self._ema_ms if self._ema_ms else 0.0
+
+
+def _classify_start_failure(exc: BaseException, engine_log: str, config: EngineConfig) -> EngineFailure:
+    text = f"{exc}\n{engine_log}"
+    lowered = text.lower()
+    if "fp8 kv cache" in lowered or (config.kv_cache_dtype.startswith("fp8") and "kv_cache_dtype" in lowered):
+        reason = next((line.strip() for line in engine_log.splitlines() if "FP8" in line), str(exc))
+        return EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, f"This machine can't run an FP8 KV cache: {reason}",
+                             "Use KV cache dtype 'auto' (bf16).", {"kv_cache_dtype": "auto"})
+    if re.search(r"out of memory|larger than the available kv cache|no available memory|"
+                 r"insufficient memory|cannot allocate", lowered):
+        smaller = max(256, config.max_model_len // 2)
+        return EngineFailure(
+            FailureKind.OUT_OF_MEMORY,
+            f"Not enough memory for the model plus a {config.max_model_len}-token KV cache.",
+            f"Lower the context length (try {smaller}), use an fp8 KV cache, or raise the memory share.",
+            {"max_model_len": smaller})
+    if re.search(r"does not appear to have|repository not found|no such file|not a valid model|"
+                 r"unrecognized model|config\.json", lowered):
+        return EngineFailure(FailureKind.MODEL_NOT_FOUND, f"vLLM could not load the model '{config.model}'.",
+                             "Pick a folder that holds a Hugging Face model (config.json and weights).")
+    first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return EngineFailure(FailureKind.ENGINE_START_FAILED, f"The engine failed to start: {first_line}",
+                         f"See {vllm_logging.engine_log_path()} for details.")
+
+
+def check_model_path(model: str) -> Path | None:
+    """A local model folder must exist and hold a readable config.json. Hub ids pass through."""
+    path = Path(model).expanduser()
+    looks_local = path.is_absolute() or model.startswith((".", "~")) or path.exists()
+    if not looks_local:
+        return None
+    if not path.is_dir():
+        raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"The model folder {path} does not exist.",
+                            "Choose an existing model folder in Settings, or clear it to use the embedded model.")
+    config_file = path / "config.json"
+    try:
+        json.loads(config_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"{path} is not a model folder: it has no config.json.",
+                            "Choose the folder that holds config.json and the weights.") from None
+    except (OSError, ValueError) as exc:
+        raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"{config_file} is broken: {exc}.",
+                            "Restore the file (re-download the model) or choose another model.") from None
+    return path
+
+
+class EngineHost:
+    """The in-process engine. Construct on any thread; its coroutines run on ``loop_thread``."""
+
+    def __init__(self, on_status: EventSink | None = None) -> None:
+        self.loop_thread = EngineLoopThread()
+        self._on_status = on_status or (lambda event: None)
+        self._engine: Any = None
+        self._tokenizer: Any = None
+        self._parser_name: str | None = None
+        self._native_thinking = False
+        self.config: EngineConfig | None = None
+        self.ready: EngineReady | None = None
+        self.kv = KvStats()
+        self._live: dict[str, str] = {}  # our request id → vLLM's current request id
+        self._answer_now: set[str] = set()
+        self._aborted: set[str] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def _status(self, state: Any, message: str, progress: float | None = None) -> None:
+        self._on_status(StatusChanged(state, message, progress))
+
+    async def start(self, config: EngineConfig) -> EngineReady:
+        """Load the model. Raises EngineFailure; the engine is then stopped and can start again."""
+        if self._engine is not None:
+            await self.shutdown()
+        self._status("loading", "checking settings…", 0.02)
+        try:
+            ready = await self._start(config)
+        except EngineFailure as failure:
+            self._status("failed", failure.message)
+            raise
+        self._status("ready", f"ready: {ready.model} · KV {ready.kv_cache_dtype} · "
+                              f"{ready.kv_capacity_tokens:,} tokens", 1.0)
+        return ready
+
+    async def _start(self, config: EngineConfig) -> EngineReady:
+        started = time.perf_counter()
+        probe = capability.probe_hardware()
+        reason = capability.kv_dtype_unsupported_reason(config.kv_cache_dtype, probe)
+        if reason:
+            raise EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, reason,
+                                "Use KV cache dtype 'auto' (bf16) on this machine.", {"kv_cache_dtype": "auto"})
+        model = config.model
+        if not model:
+            from app.core.embedded_model import EmbeddedModelError, ensure_embedded_model
+
+            self._status("loading", "preparing the embedded model…", 0.05)
+            try:
+                model = str(await asyncio.get_running_loop().run_in_executor(
+                    None, lambda: ensure_embedded_model(lambda m, f: self._status("loading", m, 0.05 + 0.1 * f))))
+            except EmbeddedModelError as exc:
+                raise EngineFailure(FailureKind.MODEL_NOT_FOUND, str(exc).split("\n")[0],
+                                    "Check the network, then retry.") from exc
+        local_path = check_model_path(model)
+
+        engine_log = vllm_logging.configure_vllm_logging()
+        os.environ[OWNER_ENV] = str(os.getpid())
+        self._status("loading", "importing vLLM…", 0.15)
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        on_cpu = probe.engine_kind == "cpu"
+        kwargs: dict[str, Any] = dict(
+            model=model,
+            kv_cache_dtype=VLLM_KV_DTYPE[config.kv_cache_dtype],
+            max_model_len=config.max_model_len,
+            enable_prefix_caching=config.enable_prefix_caching,
+            enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
+            trust_remote_code=config.trust_remote_code,
+        )
+        if on_cpu:
+            kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
+        else:
+            kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        backend = capability.attention_backend_for(config.kv_cache_dtype, probe)
+        if backend:
+            os.environ["VLLM_ATTENTION_BACKEND"] = backend
+
+        self._status("loading", "loading model… (this takes a while)", 0.2)
+        log_offset = vllm_logging.log_size(engine_log)
+        self.kv = KvStats()
+        try:
+            # Blocks this loop for tens of seconds; nothing else runs here meanwhile.
+            engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[_stat_logger_factory(self.kv)])
+        except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
+            log.warning("engine start failed: %s", exc)
+            raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
+
+        self._engine = engine
+        self.config = config
+        self._tokenizer = engine.get_tokenizer()
+        model_type = None
+        if local_path is not None:
+            with contextlib.suppress(OSError, ValueError):
+                model_type = json.loads((local_path / "config.json").read_text()).get("model_type")
+        self._parser_name = reasoning_parser_name(model, model_type)
+        self._native_thinking = self._parser_name is not None
+        cache = engine.vllm_config.cache_config
+        capacity = int(getattr(cache, "kv_cache_size_tokens", 0) or (cache.num_gpu_blocks or 0) * cache.block_size)
+        self.ready = EngineReady(
+            model=model, kv_cache_dtype=config.kv_cache_dtype,
+            max_model_len=engine.vllm_config.model_config.max_model_len,
+            kv_capacity_tokens=capacity,
+            max_concurrency=float(getattr(cache, "kv_cache_max_concurrency", 0.0) or 0.0),
+            load_seconds=time.perf_counter() - started)
+        return self.ready
+
+    async def shutdown(self) -> None:
+        """Stop the engine and its EngineCore process. Safe to call twice."""
+        engine, self._engine, self.ready = self._engine, None, None
+        if engine is None:
+            return
+        self._status("stopping", "stopping engine…")
+        # Synchronous (SIGTERM, a grace period, then it kills the process tree). It runs on this
+        # loop on purpose: from another thread it races vLLM's output handler task.
+        engine.shutdown()
+        del engine
+        gc.collect()  # drop AsyncLLM now; its __del__ at interpreter exit would shut down again
+        self._status("stopped", "engine stopped")
+
+    def close(self, timeout: float = 30.0) -> None:
+        """From any other thread: shut the engine down and end the loop thread."""
+        if self.loop_thread.alive:
+            with contextlib.suppress(Exception):
+                self.loop_thread.submit(self.shutdown()).result(timeout)
+            self.loop_thread.stop()
+
+    @property
+    def is_ready(self) -> bool:
+        return self._engine is not None and not getattr(self._engine, "errored", False)
+
+    # ---- requests --------------------------------------------------------------------------
+
+    def request_answer_now(self, request_id: str) -> None:
+        """End thinking early; thread-safe."""
+        self.loop_thread.call_soon(self._answer_now.add, request_id)
+
+    async def abort(self, request_id: str) -> None:
+        self._aborted.add(request_id)
+        vllm_id = self._live.get(request_id)
+        if vllm_id and self._engine is not None:
+            await self._engine.abort(vllm_id)
+
+    def _prompt_ids(self, messages: Sequence[Message], opened_think: bool) -> list[int]:
+        prompt = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        if opened_think and not prompt.rstrip().endswith(THINK_OPEN):
+            prompt += THINK_OPEN + "\n"
+        return list(self._tokenizer.encode(prompt, add_special_tokens=False))
+
+    def fit_prompt(self, messages: Sequence[Message], reserve: int, opened_think: bool) -> tuple[list[int], int]:
+        """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it."""
+        assert self.ready is not None
+        limit = self.ready.max_model_len
+        system = [m for m in messages[:1] if m["role"] == "system"]
+        turns = list(messages[len(system):])
+        dropped = 0
+        while True:
+            ids = self._prompt_ids(system + turns, opened_think)
+            if len(ids) + reserve <= limit or len(turns) <= 1:
+                break
+            turns.pop(0)
+            dropped += 1
+        if len(ids) >= limit - 1:
+            raise EngineFailure(FailureKind.PROMPT_TOO_LONG,
+                                f"The message is {len(ids):,} tokens; the context holds {limit:,}.",
+                                "Shorten the message, or raise the context length in Settings.")
+        return ids, dropped
+
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
+                       request_id: str | None = None) -> AsyncIterator[EngineEvent]:
+        """Stream one reply: thinking and answer deltas, metrics, then exactly one Finished."""
+        rid = request_id or uuid.uuid4().hex[:12]
+        try:
+            if not self.is_ready:
+                raise EngineFailure(FailureKind.NOT_READY, "The engine is not running.",
+                                    "Wait for the model to load, or restart the engine.")
+            async for event in self._generate(list(messages), sampling, rid):
+                yield event
+        except EngineFailure as failure:
+            yield EngineErrorEvent(rid, failure)
+            yield Finished(rid, "error", "", "")
+        finally:
+            self._live.pop(rid, None)
+            self._answer_now.discard(rid)
+            self._aborted.discard(rid)
+
+    async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str) -> AsyncIterator[EngineEvent]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        assert self.config is not None and self.ready is not None
+        thinking_on = sampling.think_budget > 0 and (self._native_thinking or self.config.reasoning_mode)
+        if thinking_on and not self._native_thinking and not any(m["role"] == "system" for m in messages):
+            messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
+        budget = sampling.think_budget if thinking_on else 0
+        reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
+        prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on)
+        if dropped:
+            yield ContextTrimmed(rid, dropped)
+        splitter = make_splitter(self._parser_name, self._tokenizer, prompt_opened_think=thinking_on)
+
+        started = time.perf_counter()
+        first_token_at: float | None = None
+        rates = {"thinking": _PhaseRate(), "answer": _PhaseRate()}
+        texts: dict[str, list[str]] = {"thinking": [], "answer": []}
+        generated_ids: list[int] = []
+        last_metrics = 0.0
+        finish: FinishReason = "stop"
+
+        def metrics(phase: str) -> Metrics:
+            return Metrics(
+                rid, "thinking" if phase == "thinking" else "answer",
+                rates["thinking"].tokens, rates["answer"].tokens,
+                rates["thinking"].tok_s, rates["answer"].tok_s,
+                rates["thinking"].ms_per_token, rates["answer"].ms_per_token,
+                None if first_token_at is None else first_token_at - started,
+                len(prompt_ids), len(prompt_ids) + len(generated_ids), self.ready.max_model_len,
+                self.kv.usage, self.ready.kv_capacity_tokens, self.kv.running, self.kv.waiting)
+
+        def room(ids_len: int) -> int:
+            return max(1, self.ready.max_model_len - ids_len)
+
+        # Phase 1: one request that thinks (if on) and may go on to answer by itself.
+        # Phase 2, only if phase 1 ended inside the think block: close it and ask for the answer.
+        phases = [("think", prompt_ids)]
+        forced_close = False
+        try:
+            while phases:
+                name, ids = phases.pop(0)
+                params = SamplingParams(
+                    temperature=sampling.temperature, top_p=sampling.top_p,
+                    repetition_penalty=sampling.repetition_penalty,
+                    max_tokens=min(room(len(ids)), (budget + sampling.max_tokens) if name == "think"
+                                   else sampling.max_tokens),
+                    output_kind=RequestOutputKind.DELTA)
+                vllm_id = f"{rid}-{name}"
+                self._live[rid] = vllm_id
+                if name == "answer":
+                    rates["answer"].restart_clock(time.perf_counter())
+                stream = self._engine.generate(TokensPrompt(prompt_token_ids=ids), params, vllm_id)
+                async with contextlib.aclosing(stream):
+                    async for output in stream:
+                        now = time.perf_counter()
+                        completion = output.outputs[0]
+                        delta_ids = list(completion.token_ids)
+                        if delta_ids and first_token_at is None:
+                            first_token_at = now
+                        generated_ids.extend(delta_ids)
+                        phase = "thinking" if (name == "think" and splitter.in_thinking) else "answer"
+                        rates[phase].add(now, len(delta_ids))
+                        if name == "think":
+                            part = splitter.feed(completion.text, delta_ids)
+                            thinking, answer = part.thinking, part.answer
+                        else:
+                            thinking, answer = "", completion.text
+                        if thinking:
+                            texts["thinking"].append(thinking)
+                            yield ThinkingDelta(rid, thinking)
+                        if answer:
+                            texts["answer"].append(answer)
+                            yield AnswerDelta(rid, answer)
+                        if now - last_metrics >= METRICS_INTERVAL_S:
+                            last_metrics = now
+                            yield metrics(phase)
+                        if output.finished:
+                            finish = "length" if completion.finish_reason == "length" else "stop"
+                            if completion.finish_reason == "abort":
+                                finish = "abort"
+                        if rid in self._aborted:
+                            finish = "abort"
+                            break
+                        if name == "think" and splitter.in_thinking and (
+                                rates["thinking"].tokens >= budget or rid in self._answer_now):
+                            forced_close = True
+                            break
+                if name == "think":
+                    tail = splitter.flush()
+                    if tail.thinking:
+                        texts["thinking"].append(tail.thinking)
+                        yield ThinkingDelta(rid, tail.thinking)
+                    if tail.answer:
+                        texts["answer"].append(tail.answer)
+                        yield AnswerDelta(rid, tail.answer)
+                    if finish != "abort" and thinking_on and (forced_close or splitter.in_thinking):
+                        close_ids = list(self._tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
+                        answer_prompt = prompt_ids + generated_ids + close_ids
+                        if room(len(answer_prompt)) > 1:
+                            phases.append(("answer", answer_prompt))
+                        else:
+                            finish = "length"
+        except asyncio.CancelledError:
+            yield Finished(rid, "abort", "".join(texts["thinking"]), "".join(texts["answer"]), metrics("answer"))
+            raise
+        except Exception as exc:  # keep the partial reply: the user sees what arrived
+            if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
+                failure = EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
+                                        "Restart the engine; the partial answer is kept.")
+            else:
+                log.exception("request %s failed", rid)
+                failure = EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
+                                        f"Try again; details are in {vllm_logging.engine_log_path()}.")
+            yield EngineErrorEvent(rid, failure)
+            yield Finished(rid, "error", "".join(texts["thinking"]), "".join(texts["answer"]), metrics("answer"))
+            return
+        yield metrics("answer")
+        yield Finished(rid, finish, "".join(texts["thinking"]), "".join(texts["answer"]), metrics("answer"))
+
+    async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
+                        request_id: str) -> Finished | None:
+        """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
+        last: Finished | None = None
+        async with contextlib.aclosing(self.generate(messages, sampling, request_id)) as events:
+            async for event in events:
+                sink(event)
+                if isinstance(event, Finished):
+                    last = event
+        return last
