@@ -16,7 +16,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,9 @@ from app.engine import capability, vllm_logging
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
     AnswerDelta, ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished,
-    FinishReason, Metrics, StatusChanged, ThinkingDelta,
+    FinishReason, Metrics, ThinkingDelta,
 )
-from app.engine.loop_thread import EngineLoopThread
+from app.engine.base import EngineBase, EventSink, Message
 from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, make_splitter, reasoning_parser_name
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,6 @@ METRICS_INTERVAL_S = 0.1
 # vLLM's dtype names for ours; "fp8_e4m3" is spelled out so CUDA and CPU agree.
 VLLM_KV_DTYPE = {"auto": "auto", "bfloat16": "bfloat16", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
-EventSink = Callable[[EngineEvent], None]
-Message = dict[str, str]
 
 
 @dataclass
@@ -155,12 +153,11 @@ def check_model_path(model: str) -> Path | None:
     return path
 
 
-class EngineHost:
-    """The in-process engine. Construct on any thread; its coroutines run on ``loop_thread``."""
+class EngineHost(EngineBase):
+    """The in-process vLLM engine. Construct on any thread; its coroutines run on ``loop_thread``."""
 
     def __init__(self, on_status: EventSink | None = None) -> None:
-        self.loop_thread = EngineLoopThread()
-        self._on_status = on_status or (lambda event: None)
+        super().__init__(on_status)
         self._engine: Any = None
         self._tokenizer: Any = None
         self._parser_name: str | None = None
@@ -168,14 +165,12 @@ class EngineHost:
         self.config: EngineConfig | None = None
         self.ready: EngineReady | None = None
         self.kv = KvStats()
+        self.engine_log = vllm_logging.engine_log_path()
         self._live: dict[str, str] = {}  # our request id → vLLM's current request id
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
 
     # ---- lifecycle -------------------------------------------------------------------------
-
-    def _status(self, state: Any, message: str, progress: float | None = None) -> None:
-        self._on_status(StatusChanged(state, message, progress))
 
     async def start(self, config: EngineConfig) -> EngineReady:
         """Load the model. Raises EngineFailure; the engine is then stopped and can start again."""
@@ -211,7 +206,7 @@ class EngineHost:
                                     "Check the network, then retry.") from exc
         local_path = check_model_path(model)
 
-        engine_log = vllm_logging.configure_vllm_logging()
+        engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
         os.environ[OWNER_ENV] = str(os.getpid())
         self._status("loading", "importing vLLM…", 0.15)
         from vllm import AsyncEngineArgs
@@ -275,13 +270,6 @@ class EngineHost:
         del engine
         gc.collect()  # drop AsyncLLM now; its __del__ at interpreter exit would shut down again
         self._status("stopped", "engine stopped")
-
-    def close(self, timeout: float = 30.0) -> None:
-        """From any other thread: shut the engine down and end the loop thread."""
-        if self.loop_thread.alive:
-            with contextlib.suppress(Exception):
-                self.loop_thread.submit(self.shutdown()).result(timeout)
-            self.loop_thread.stop()
 
     @property
     def is_ready(self) -> bool:
@@ -465,13 +453,3 @@ class EngineHost:
         yield metrics("answer")
         yield Finished(rid, finish, "".join(texts["thinking"]), "".join(texts["answer"]), metrics("answer"))
 
-    async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
-                        request_id: str) -> Finished | None:
-        """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
-        last: Finished | None = None
-        async with contextlib.aclosing(self.generate(messages, sampling, request_id)) as events:
-            async for event in events:
-                sink(event)
-                if isinstance(event, Finished):
-                    last = event
-        return last

@@ -1,0 +1,49 @@
+"""The `nalar` command: the desktop app by default, plus `nalar bench …`."""
+
+from __future__ import annotations
+
+import time
+
+PROCESS_STARTED = time.perf_counter()
+
+import argparse  # noqa: E402  (the timer above measures start-up from the first line)
+import logging  # noqa: E402
+import sys  # noqa: E402
+
+
+def _configure_logging() -> None:
+    from logging.handlers import RotatingFileHandler
+
+    from app.core import paths
+
+    folder = paths.log_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = RotatingFileHandler(folder / "nalar.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    console = logging.StreamHandler()
+    console.setLevel(logging.WARNING)
+    root.addHandler(console)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="nalar", description="Run reasoning models locally on vLLM.")
+    parser.add_argument("--report-startup", action="store_true", help="print when the window is shown")
+    sub = parser.add_subparsers(dest="command")
+    bench = sub.add_parser("bench", help="measure the engine and the UI")
+    bench.add_argument("what", choices=["engine", "ui", "startup", "all"], help="which benchmark")
+    bench.add_argument("--tokens", type=int, default=256, help="tokens per engine run")
+    bench.add_argument("--json", action="store_true", help="print results as JSON")
+    args = parser.parse_args(argv)
+    _configure_logging()
+    if args.command == "bench":
+        from app.bench import run_bench
+
+        return run_bench(args.what, tokens=args.tokens, as_json=args.json)
+
+    from app.ui.app_main import run_app
+
+    return run_app([sys.argv[0]], process_started=PROCESS_STARTED, report_startup=args.report_startup)

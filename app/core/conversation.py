@@ -1,0 +1,43 @@
+"""Conversations as plain data: turns of user text, thinking and answer."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+Message = dict[str, str]
+
+
+@dataclass
+class Turn:
+    user: str
+    thinking: str = ""
+    answer: str = ""
+    finish_reason: str | None = None  # None while the reply streams
+    thinking_tokens: int = 0
+    answer_tokens: int = 0
+    ttft_s: float | None = None
+    answer_tok_s: float = 0.0
+
+
+@dataclass
+class Conversation:
+    title: str = "New conversation"
+    turns: list[Turn] = field(default_factory=list)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def messages(self) -> list[Message]:
+        """The chat so far for the model: earlier answers without their thinking, then the last user turn."""
+        messages: list[Message] = []
+        for turn in self.turns[:-1]:
+            messages.append({"role": "user", "content": turn.user})
+            if turn.answer:
+                messages.append({"role": "assistant", "content": turn.answer})
+        if self.turns:
+            messages.append({"role": "user", "content": self.turns[-1].user})
+        return messages
+
+    def title_from_first_message(self) -> None:
+        if self.turns and self.title == "New conversation":
+            first = " ".join(self.turns[0].user.split())
+            self.title = first[:40] + ("…" if len(first) > 40 else "")

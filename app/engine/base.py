@@ -1,0 +1,63 @@
+"""What every engine offers the UI: the real EngineHost and the scripted double alike."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from app.core.settings import EngineConfig, SamplingConfig
+from app.engine.events import EngineEvent, EngineReady, Finished, StatusChanged
+from app.engine.loop_thread import EngineLoopThread
+
+EventSink = Callable[[EngineEvent], None]
+Message = dict[str, str]
+
+
+class EngineBase:
+    """Owns the engine loop thread. Subclasses implement start/generate/abort/shutdown."""
+
+    def __init__(self, on_status: EventSink | None = None) -> None:
+        self.loop_thread = EngineLoopThread()
+        self._on_status = on_status or (lambda event: None)
+        self.ready: EngineReady | None = None
+
+    def set_status_sink(self, sink: EventSink) -> None:
+        self._on_status = sink
+
+    def _status(self, state: Any, message: str, progress: float | None = None) -> None:
+        self._on_status(StatusChanged(state, message, progress))
+
+    async def start(self, config: EngineConfig) -> EngineReady:
+        raise NotImplementedError
+
+    def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
+                 request_id: str | None = None) -> AsyncIterator[EngineEvent]:
+        raise NotImplementedError
+
+    async def abort(self, request_id: str) -> None:
+        raise NotImplementedError
+
+    def request_answer_now(self, request_id: str) -> None:
+        raise NotImplementedError
+
+    async def shutdown(self) -> None:
+        raise NotImplementedError
+
+    async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
+                        request_id: str) -> Finished | None:
+        """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
+        last: Finished | None = None
+        async with contextlib.aclosing(self.generate(messages, sampling, request_id)) as events:
+            async for event in events:
+                sink(event)
+                if isinstance(event, Finished):
+                    last = event
+        return last
+
+    def close(self, timeout: float = 30.0) -> None:
+        """From any other thread: shut the engine down and end the loop thread."""
+        if self.loop_thread.alive:
+            with contextlib.suppress(Exception):
+                self.loop_thread.submit(self.shutdown()).result(timeout)
+            self.loop_thread.stop()

@@ -1,0 +1,150 @@
+"""ScriptedEngineDouble: a stand-in engine that plays a fixed script. Not a model.
+
+Used only where behaviour must be deterministic: UI tests (tags cut across deltas,
+errors mid-stream, very fast and very slow streams) and the UI throughput benchmark.
+It runs on the same engine loop thread as the real EngineHost and emits the same
+events, through the same splitter, so the UI cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from app.core.settings import EngineConfig, SamplingConfig
+from app.engine.base import EngineBase, EventSink, Message
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import (
+    AnswerDelta, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason, Metrics, ThinkingDelta,
+)
+from app.engine.reasoning import ThinkTagSplitter
+
+
+@dataclass
+class Script:
+    """One scripted reply: raw model text cut into deltas, played at a fixed rate."""
+
+    deltas: list[str]
+    tokens_per_second: float = 200.0
+    fail_after: int | None = None  # emit an engine error after this many deltas
+    failure: EngineFailure = field(default_factory=lambda: EngineFailure(
+        FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
+        "Restart the engine; the partial answer is kept."))
+    prompt_opened_think: bool = False
+
+
+class ScriptedEngineDouble(EngineBase):
+    """Replays queued ``Script``s; ``start`` succeeds after ``load_seconds`` unless ``start_failure`` is set."""
+
+    def __init__(self, scripts: Sequence[Script] = (), *, load_seconds: float = 0.0,
+                 start_failure: EngineFailure | None = None, kv_capacity_tokens: int = 46_592,
+                 on_status: EventSink | None = None) -> None:
+        super().__init__(on_status)
+        self.scripts = list(scripts)
+        self.load_seconds = load_seconds
+        self.start_failure = start_failure
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self.starts: list[EngineConfig] = []
+        self.requests: list[list[Message]] = []
+        self._answer_now: set[str] = set()
+        self._aborted: set[str] = set()
+        self.config: EngineConfig | None = None
+
+    async def start(self, config: EngineConfig) -> EngineReady:
+        self.starts.append(config)
+        self._status("loading", "loading model… (scripted)", 0.2)
+        await asyncio.sleep(self.load_seconds)
+        if self.start_failure is not None:
+            failure, self.start_failure = self.start_failure, None
+            self._status("failed", failure.message)
+            raise failure
+        self.config = config
+        self.ready = EngineReady("scripted-double", config.kv_cache_dtype, config.max_model_len,
+                                 self.kv_capacity_tokens, self.kv_capacity_tokens / config.max_model_len,
+                                 self.load_seconds)
+        self._status("ready", "ready: scripted-double", 1.0)
+        return self.ready
+
+    async def shutdown(self) -> None:
+        if self.ready is not None:
+            self.ready = None
+            self._status("stopped", "engine stopped")
+
+    async def abort(self, request_id: str) -> None:
+        self._aborted.add(request_id)
+
+    def request_answer_now(self, request_id: str) -> None:
+        self.loop_thread.call_soon(self._answer_now.add, request_id)
+
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
+                       request_id: str | None = None) -> AsyncIterator[EngineEvent]:
+        rid = request_id or uuid.uuid4().hex[:12]
+        self.requests.append(list(messages))
+        if self.ready is None:
+            failure = EngineFailure(FailureKind.NOT_READY, "The engine is not running.", "Restart the engine.")
+            yield EngineErrorEvent(rid, failure)
+            yield Finished(rid, "error", "", "")
+            return
+        script = self.scripts.pop(0) if self.scripts else Script(["<think>scripted thought</think>", "scripted answer"])
+        splitter = ThinkTagSplitter(prompt_opened_think=script.prompt_opened_think)
+        interval = 1.0 / script.tokens_per_second
+        started = time.perf_counter()
+        thinking: list[str] = []
+        answer: list[str] = []
+        counts = {"thinking": 0, "answer": 0}
+        prompt_tokens = sum(len(m["content"].split()) for m in messages)
+
+        def metrics() -> Metrics:
+            elapsed = max(time.perf_counter() - started, 1e-6)
+            rate = (counts["thinking"] + counts["answer"]) / elapsed
+            used = prompt_tokens + counts["thinking"] + counts["answer"]
+            return Metrics(rid, "thinking" if splitter.in_thinking else "answer", counts["thinking"],
+                           counts["answer"], rate if counts["thinking"] else 0.0, rate if counts["answer"] else 0.0,
+                           1000 / script.tokens_per_second, 1000 / script.tokens_per_second, interval,
+                           prompt_tokens, used, self.ready.max_model_len if self.ready else 0,
+                           used / self.kv_capacity_tokens, self.kv_capacity_tokens, 1, 0)
+
+        reason: FinishReason = "stop"
+        next_at = time.perf_counter()
+        for index, delta in enumerate(script.deltas):
+            if rid in self._aborted:
+                reason = "abort"
+                break
+            if script.fail_after is not None and index >= script.fail_after:
+                yield EngineErrorEvent(rid, script.failure)
+                yield Finished(rid, "error", "".join(thinking), "".join(answer), metrics())
+                return
+            if rid in self._answer_now and splitter.in_thinking:
+                splitter.feed("</think>")
+                self._answer_now.discard(rid)
+            next_at += interval
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif index % 64 == 0:
+                await asyncio.sleep(0)  # a very fast script still lets abort in
+            phase = "thinking" if splitter.in_thinking else "answer"
+            counts[phase] += 1
+            part = splitter.feed(delta)
+            if part.thinking:
+                thinking.append(part.thinking)
+                yield ThinkingDelta(rid, part.thinking)
+            if part.answer:
+                answer.append(part.answer)
+                yield AnswerDelta(rid, part.answer)
+            if index % 16 == 0:
+                yield metrics()
+        tail = splitter.flush()
+        if tail.thinking:
+            thinking.append(tail.thinking)
+            yield ThinkingDelta(rid, tail.thinking)
+        if tail.answer:
+            answer.append(tail.answer)
+            yield AnswerDelta(rid, tail.answer)
+        self._aborted.discard(rid)
+        final = metrics()
+        yield final
+        yield Finished(rid, reason, "".join(thinking), "".join(answer), final)

@@ -1,0 +1,1 @@
+"""The Qt desktop UI. Only this package imports Qt."""

@@ -1,0 +1,57 @@
+"""Start the Qt application under qasync, show the window at once, then load the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+
+import qasync
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from app.core.settings import load_settings
+from app.engine.base import EngineBase
+
+log = logging.getLogger(__name__)
+
+
+def run_app(argv: list[str], *, process_started: float, engine: EngineBase | None = None,
+            report_startup: bool = False) -> int:
+    """Run the window until it closes. vllm and torch are imported only after it is shown."""
+    app = QApplication.instance() or QApplication(argv)
+    app.setApplicationName("Nalar")
+    app.setDesktopFileName("nalar")
+    settings, notice = load_settings()
+    if engine is None:
+        from app.engine.host import EngineHost
+
+        engine = EngineHost()
+
+    from app.ui.main_window import MainWindow
+
+    window = MainWindow(engine, settings, notice)
+    window.show()
+
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    closed = asyncio.Event()
+    app.aboutToQuit.connect(closed.set)
+
+    def on_first_frame() -> None:
+        shown = time.perf_counter() - process_started
+        log.info("window shown %.3f s after process start", shown)
+        if report_startup:
+            print(f"nalar: window shown {shown:.3f} s after process start", flush=True)
+        window.start_engine()
+
+    # After the first paint: the window is on screen before the engine (and torch) load.
+    QTimer.singleShot(0, on_first_frame)
+    with loop:
+        loop.run_until_complete(closed.wait())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_app(sys.argv, process_started=time.perf_counter()))

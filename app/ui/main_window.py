@@ -1,0 +1,420 @@
+"""MainWindow: conversations on the left; transcript, live thinking and answer panes, input and gauges."""
+
+from __future__ import annotations
+
+import html
+import logging
+import uuid
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QHBoxLayout, QInputDialog, QLabel, QListWidget, QListWidgetItem, QMainWindow, QMessageBox, QProgressBar,
+    QPushButton, QSplitter, QTextBrowser, QVBoxLayout, QWidget,
+)
+from qasync import asyncSlot
+
+from app.core import paths
+from app.core.conversation import Conversation, Turn
+from app.core.settings import EngineConfig, Settings
+from app.engine.base import EngineBase
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
+from app.ui.bridge import EngineBridge
+from app.ui.gauges import GaugeBar
+from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
+
+log = logging.getLogger(__name__)
+
+
+class ConversationList(QWidget):
+    """New, rename, delete; the current row is the conversation shown."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.list = QListWidget()
+        self.list.setObjectName("ConversationList")
+        self.new_button = QPushButton("New")
+        self.rename_button = QPushButton("Rename")
+        self.delete_button = QPushButton("Delete")
+        buttons = QHBoxLayout()
+        for button in (self.new_button, self.rename_button, self.delete_button):
+            buttons.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(QLabel("Conversations"))
+        layout.addWidget(self.list, 1)
+        layout.addLayout(buttons)
+
+
+class MainWindow(QMainWindow):
+    """The window users live in. All engine traffic goes through ``self.bridge``."""
+
+    reply_finished = Signal(object)  # Finished, after the window has taken it in (for tests and history)
+
+    def __init__(self, engine: EngineBase, settings: Settings, settings_notice: str | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("Nalar")
+        self.resize(1280, 800)
+        self.settings = settings
+        self.bridge = EngineBridge(engine, self)
+        self.conversations: list[Conversation] = []
+        self.current_request: str | None = None
+        self._answer_started = False
+        self._closing = False
+
+        self._build_widgets()
+        self._build_menus()
+        self._connect()
+        self.new_conversation()
+        self.set_busy_state(engine_ready=False, streaming=False)
+        if settings_notice:
+            self.banner.show_problem("Settings were reset", settings_notice)
+
+    # ---- construction ------------------------------------------------------------------------
+
+    def _build_widgets(self) -> None:
+        self.conversation_list = ConversationList()
+        self.transcript = QTextBrowser()
+        self.transcript.setObjectName("Transcript")
+        self.transcript.setOpenExternalLinks(True)
+        self.thinking_pane = ThinkingPane()
+        self.answer_pane = AnswerPane()
+        self.live_split = QSplitter(Qt.Orientation.Horizontal)
+        self.live_split.addWidget(self.thinking_pane)
+        self.live_split.addWidget(self.answer_pane)
+        self.live_split.setSizes([1, 1])
+        self.banner = ErrorBanner()
+        self.notice_label = QLabel(wordWrap=True)
+        self.notice_label.setObjectName("NoticeLabel")
+        self.notice_label.hide()
+        self.prompt = PromptEdit()
+        self.send_button = QPushButton("Send")
+        self.stop_button = QPushButton("Stop")
+        self.answer_now_button = QPushButton("Answer now")
+        self.answer_now_button.setToolTip("End thinking here and write the answer")
+        self.regenerate_button = QPushButton("Regenerate")
+        self.copy_button = QPushButton("Copy answer")
+        buttons = QHBoxLayout()
+        for button in (self.send_button, self.stop_button, self.answer_now_button, self.regenerate_button,
+                       self.copy_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+
+        center = QWidget()
+        center_layout = QVBoxLayout(center)
+        center_layout.addWidget(self.banner)
+        vertical = QSplitter(Qt.Orientation.Vertical)
+        vertical.addWidget(self.transcript)
+        vertical.addWidget(self.live_split)
+        vertical.setSizes([300, 500])
+        center_layout.addWidget(vertical, 1)
+        center_layout.addWidget(self.notice_label)
+        center_layout.addWidget(self.prompt)
+        center_layout.addLayout(buttons)
+
+        body = QSplitter(Qt.Orientation.Horizontal)
+        body.addWidget(self.conversation_list)
+        body.addWidget(center)
+        body.setSizes([220, 1060])
+        self.gauges = GaugeBar()
+        root = QWidget()
+        root_layout = QVBoxLayout(root)
+        root_layout.setContentsMargins(6, 6, 6, 0)
+        root_layout.addWidget(self.gauges)
+        root_layout.addWidget(body, 1)
+        self.setCentralWidget(root)
+
+        self.status_label = QLabel("starting…")
+        self.status_progress = QProgressBar()
+        self.status_progress.setMaximumWidth(200)
+        self.statusBar().addWidget(self.status_label, 1)
+        self.statusBar().addPermanentWidget(self.status_progress)
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        new_action = QAction("&New conversation", self, shortcut=QKeySequence.StandardKey.New)
+        new_action.triggered.connect(self.new_conversation)
+        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        file_menu.addActions([new_action, quit_action])
+        engine_menu = self.menuBar().addMenu("&Engine")
+        self.restart_action = QAction("&Restart engine", self)
+        self.restart_action.triggered.connect(self.start_engine)
+        engine_menu.addAction(self.restart_action)
+        help_menu = self.menuBar().addMenu("&Help")
+        logs_action = QAction("Open &log folder", self)
+        logs_action.triggered.connect(self.open_log_folder)
+        help_menu.addAction(logs_action)
+
+    def _connect(self) -> None:
+        self.bridge.status_changed.connect(self.on_status)
+        self.bridge.engine_ready.connect(self.on_engine_ready)
+        self.bridge.thinking_delta.connect(self.on_thinking_delta)
+        self.bridge.answer_delta.connect(self.on_answer_delta)
+        self.bridge.metrics_updated.connect(self.on_metrics)
+        self.bridge.notice.connect(self.show_notice)
+        self.bridge.error.connect(self.on_engine_error)
+        self.bridge.finished.connect(self.on_finished)
+        self.prompt.submitted.connect(self.send)
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop)
+        self.answer_now_button.clicked.connect(self.answer_now)
+        self.regenerate_button.clicked.connect(self.regenerate)
+        self.copy_button.clicked.connect(self.copy_answer)
+        self.banner.action_clicked.connect(self.on_banner_action)
+        lst = self.conversation_list
+        lst.new_button.clicked.connect(self.new_conversation)
+        lst.rename_button.clicked.connect(self.rename_conversation)
+        lst.delete_button.clicked.connect(self.delete_conversation)
+        lst.list.currentRowChanged.connect(self.show_conversation)
+
+    # ---- state ---------------------------------------------------------------------------------
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.conversations[max(0, self.conversation_list.list.currentRow())]
+
+    @property
+    def streaming(self) -> bool:
+        return self.current_request is not None
+
+    def set_busy_state(self, *, engine_ready: bool, streaming: bool) -> None:
+        has_turns = bool(self.conversations and self.conversation.turns)
+        self.prompt.setEnabled(engine_ready and not streaming)
+        self.send_button.setEnabled(engine_ready and not streaming)
+        self.stop_button.setEnabled(streaming)
+        self.answer_now_button.setEnabled(streaming)
+        self.regenerate_button.setEnabled(engine_ready and not streaming and has_turns)
+        self.copy_button.setEnabled(bool(self.answer_pane.text()))
+        self.conversation_list.setEnabled(not streaming)
+        self.restart_action.setEnabled(not streaming)
+
+    def _refresh_state(self) -> None:
+        self.set_busy_state(engine_ready=self.bridge.ready is not None, streaming=self.streaming)
+
+    # ---- engine lifecycle -------------------------------------------------------------------
+
+    @asyncSlot()
+    async def start_engine(self, config: EngineConfig | None = None) -> None:
+        """Load (or reload) the engine with the current settings; input waits until it is ready."""
+        config = config or self.settings.engine
+        self.banner.hide()
+        self.gauges.set_engine(None)
+        self.set_busy_state(engine_ready=False, streaming=False)
+        try:
+            await self.bridge.start(config)
+        except EngineFailure as failure:
+            self._show_failure(failure)
+        except Exception as exc:  # a bug, not a user problem: log it, still say something useful
+            log.exception("engine start crashed")
+            self._show_failure(EngineFailure(FailureKind.ENGINE_START_FAILED, f"The engine crashed: {exc}",
+                                             "See the log folder (Help → Open log folder)."))
+        self._refresh_state()
+
+    def on_status(self, status: StatusChanged) -> None:
+        self.status_label.setText(status.message)
+        if status.state == "loading":
+            self.status_progress.show()
+            if status.progress is None:
+                self.status_progress.setRange(0, 0)
+            else:
+                self.status_progress.setRange(0, 100)
+                self.status_progress.setValue(int(status.progress * 100))
+        else:
+            self.status_progress.hide()
+        if status.state in ("stopped", "failed"):
+            self.gauges.set_engine(None)
+
+    def on_engine_ready(self, ready: EngineReady) -> None:
+        self.gauges.set_engine(ready)
+        self._refresh_state()
+        self.prompt.setFocus()
+
+    def _show_failure(self, failure: EngineFailure) -> None:
+        self._pending_fallback = failure.fallback
+        if failure.fallback:
+            change = ", ".join(f"{k} = {v}" for k, v in failure.fallback.items())
+            action = f"Retry with {change}"
+        elif failure.kind in (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGINE_START_FAILED):
+            action = "Restart engine"
+        else:
+            action = None
+        self.banner.show_problem(failure.message, failure.fix, action)
+
+    def on_banner_action(self) -> None:
+        fallback = getattr(self, "_pending_fallback", {}) or {}
+        if fallback:
+            engine = self.settings.engine.model_copy(update=fallback)
+            self.settings.engine = engine
+        self.start_engine()
+
+    # ---- conversation ----------------------------------------------------------------------
+
+    def new_conversation(self) -> None:
+        self.conversations.append(Conversation())
+        item = QListWidgetItem(self.conversations[-1].title)
+        self.conversation_list.list.addItem(item)
+        self.conversation_list.list.setCurrentRow(len(self.conversations) - 1)
+
+    def rename_conversation(self) -> None:
+        title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=self.conversation.title)
+        if ok and title.strip():
+            self._set_title(title.strip())
+
+    def _set_title(self, title: str) -> None:
+        self.conversation.title = title
+        self.conversation_list.list.currentItem().setText(title)
+
+    def delete_conversation(self) -> None:
+        row = self.conversation_list.list.currentRow()
+        if row < 0:
+            return
+        if self.conversation.turns and QMessageBox.question(
+                self, "Delete conversation", f"Delete “{self.conversation.title}”?") != QMessageBox.StandardButton.Yes:
+            return
+        self.conversations.pop(row)
+        self.conversation_list.list.takeItem(row)
+        if not self.conversations:
+            self.new_conversation()
+
+    def show_conversation(self, row: int) -> None:
+        if row < 0 or row >= len(self.conversations):
+            return
+        conversation = self.conversations[row]
+        self.render_transcript(conversation, include_last=False)
+        self.thinking_pane.clear()
+        self.answer_pane.clear()
+        if conversation.turns:
+            last = conversation.turns[-1]
+            self.thinking_pane.append(last.thinking)
+            self.thinking_pane.set_tokens(last.thinking_tokens)
+            self.answer_pane.append(last.answer)
+            self.answer_pane.render()
+            self.thinking_pane.set_folded(bool(last.answer))
+        self._refresh_state()
+
+    def render_transcript(self, conversation: Conversation, include_last: bool) -> None:
+        turns = conversation.turns if include_last else conversation.turns[:-1]
+        parts = []
+        for turn in turns:
+            parts.append(f"<p><b>You</b><br>{html.escape(turn.user).replace(chr(10), '<br>')}</p>")
+            note = "" if turn.finish_reason in (None, "stop") else f" <i>({turn.finish_reason})</i>"
+            parts.append(f"<p><b>Nalar</b>{note}<br>{html.escape(turn.answer).replace(chr(10), '<br>')}</p><hr>")
+        self.transcript.setHtml("".join(parts))
+        self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
+
+    # ---- a reply ---------------------------------------------------------------------------
+
+    @asyncSlot()
+    async def send(self, text: str | None = None) -> None:
+        text = (text if isinstance(text, str) else self.prompt.toPlainText()).strip()
+        if not text or self.streaming or self.bridge.ready is None:
+            return
+        self.prompt.clear()
+        conversation = self.conversation
+        conversation.turns.append(Turn(user=text))
+        if len(conversation.turns) == 1:
+            conversation.title_from_first_message()
+            self._set_title(conversation.title)
+        await self._run_reply(conversation)
+
+    @asyncSlot()
+    async def regenerate(self) -> None:
+        conversation = self.conversation
+        if self.streaming or not conversation.turns or self.bridge.ready is None:
+            return
+        last = conversation.turns[-1]
+        conversation.turns[-1] = Turn(user=last.user)
+        await self._run_reply(conversation)
+
+    async def _run_reply(self, conversation: Conversation) -> None:
+        request_id = uuid.uuid4().hex[:12]
+        self.current_request = request_id
+        self._answer_started = False
+        self.notice_label.hide()
+        self.banner.hide()
+        self.render_transcript(conversation, include_last=False)
+        self.thinking_pane.clear()
+        self.answer_pane.clear()
+        self._refresh_state()
+        try:
+            await self.bridge.generate(conversation.messages(), self.settings.sampling, request_id)
+        except Exception as exc:  # the engine thread itself failed: still end the turn cleanly
+            log.exception("generation crashed")
+            self.bridge.post(EngineErrorEvent(request_id, EngineFailure(
+                FailureKind.ENGINE_DIED, f"The engine failed: {exc}", "Restart the engine.")))
+            self.bridge.post(Finished(request_id, "error", self.thinking_pane.text(), self.answer_pane.text()))
+
+    @asyncSlot()
+    async def stop(self) -> None:
+        if self.current_request:
+            await self.bridge.abort(self.current_request)
+
+    def answer_now(self) -> None:
+        if self.current_request:
+            self.bridge.answer_now(self.current_request)
+
+    def copy_answer(self) -> None:
+        QGuiApplication.clipboard().setText(self.answer_pane.text())
+
+    def on_thinking_delta(self, request_id: str, text: str) -> None:
+        if request_id == self.current_request:
+            self.thinking_pane.append(text)
+
+    def on_answer_delta(self, request_id: str, text: str) -> None:
+        if request_id != self.current_request:
+            return
+        if not self._answer_started:
+            self._answer_started = True
+            self.thinking_pane.end()
+            if self.thinking_pane.text():
+                self.thinking_pane.set_folded(True)  # the answer takes the room; the trace is one click away
+        self.answer_pane.append(text)
+
+    def on_metrics(self, metrics: Metrics) -> None:
+        self.gauges.update_metrics(metrics)
+        if metrics.request_id == self.current_request:
+            self.thinking_pane.set_tokens(metrics.thinking_tokens)
+
+    def show_notice(self, text: str) -> None:
+        self.notice_label.setText(text)
+        self.notice_label.show()
+
+    def on_engine_error(self, event: EngineErrorEvent) -> None:
+        self._show_failure(event.failure)
+
+    def on_finished(self, finished: Finished) -> None:
+        if finished.request_id != self.current_request:
+            return
+        self.current_request = None
+        self.thinking_pane.end()
+        self.answer_pane.render()
+        turn = self.conversation.turns[-1]
+        turn.thinking, turn.answer, turn.finish_reason = finished.thinking_text, finished.answer_text, finished.reason
+        if finished.metrics is not None:
+            m = finished.metrics
+            turn.thinking_tokens, turn.answer_tokens, turn.ttft_s = m.thinking_tokens, m.answer_tokens, m.ttft_s
+            turn.answer_tok_s = m.answer_tok_s
+            self.thinking_pane.set_tokens(m.thinking_tokens)
+        if finished.reason == "abort":
+            self.show_notice("Stopped. The partial reply is kept.")
+        self._refresh_state()
+        self.reply_finished.emit(finished)
+
+    # ---- misc ----------------------------------------------------------------------------------
+
+    def open_log_folder(self) -> None:
+        folder = paths.log_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Abort what streams, shut the engine down (its processes too), then close."""
+        if not self._closing:
+            self._closing = True
+            self.hide()
+            if self.current_request:
+                self.bridge.engine.loop_thread.submit(self.bridge.engine.abort(self.current_request))
+            self.bridge.close(timeout=10)
+        event.accept()

