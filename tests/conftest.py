@@ -9,12 +9,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.core.embedded_model import embedded_model_dir, verify
+from app.core.embedded_model import embedded_model_dir, verify, wheel_cache_dir
 
 # Tests run headless; the offscreen platform is set here, once, not in test modules.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Every test gets fresh XDG dirs, so pin the (large, shared) embedded model before they move.
 EMBEDDED_MODEL = embedded_model_dir()
+WHEEL_DIR = wheel_cache_dir()
 os.environ["NALAR_EMBEDDED_MODEL_DIR"] = str(EMBEDDED_MODEL)
 
 XDG_VARS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")
@@ -80,3 +81,61 @@ def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     yield host
     host.close()
     assert vllm_processes() == [], "vLLM processes survived the engine's shutdown"
+
+
+@pytest.fixture(scope="session")
+def qasync_loop(qapp: object) -> Iterator[object]:
+    """One qasync loop over pytest-qt's QApplication for the session, so @asyncSlot handlers run."""
+    import asyncio
+
+    import qasync
+
+    loop = qasync.QEventLoop(qapp, already_running=True)
+    asyncio.set_event_loop(loop)
+    yield loop
+    asyncio.events._set_running_loop(None)
+    asyncio.set_event_loop(None)
+    loop._QEventLoop__is_running = False  # it never ran run_forever; close() insists it is stopped
+    loop.close()
+
+
+@pytest.fixture
+def ui_loop(qasync_loop: object) -> Iterator[object]:
+    """Exceptions raised in async slots don't reach pytest by themselves (PySide6 ≥ 6.5):
+    the loop's exception handler collects them and the test fails at teardown."""
+    failures: list[dict] = []
+    qasync_loop.set_exception_handler(lambda _loop, context: failures.append(context))
+    yield qasync_loop
+    qasync_loop.set_exception_handler(None)
+    assert not failures, f"exceptions in async slots: {failures}"
+
+
+@pytest.fixture
+def make_window(qtbot: object, ui_loop: object) -> Iterator[object]:
+    """The one way tests build the main window. Teardown closes it and checks nothing leaked."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.core.settings import EngineConfig, SamplingConfig, Settings
+    from app.engine.scripted import ScriptedEngineDouble
+    from app.ui.main_window import MainWindow
+
+    windows: list[MainWindow] = []
+
+    def factory(engine: object = None, settings: Settings | None = None, notice: str | None = None,
+                start: bool = True) -> MainWindow:
+        settings = settings or Settings(engine=EngineConfig(max_model_len=2048),
+                                        sampling=SamplingConfig(think_budget=64, max_tokens=64))
+        window = MainWindow(engine or ScriptedEngineDouble(), settings, notice)
+        windows.append(window)
+        window.show()
+        qtbot.waitExposed(window)
+        if start:
+            window.start_engine()
+        return window
+
+    yield factory
+    for window in windows:
+        window.close()
+        assert not window.bridge.engine.loop_thread.alive, "the engine thread outlived its window"
+    leaked = [w for w in QApplication.topLevelWidgets() if w.isVisible()]
+    assert not leaked, f"top-level widgets left open: {leaked}"

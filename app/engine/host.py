@@ -23,12 +23,19 @@ from typing import Any
 
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, vllm_logging
+from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
-    AnswerDelta, ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished,
-    FinishReason, Metrics, ThinkingDelta,
+    AnswerDelta,
+    ContextTrimmed,
+    EngineErrorEvent,
+    EngineEvent,
+    EngineReady,
+    Finished,
+    FinishReason,
+    Metrics,
+    ThinkingDelta,
 )
-from app.engine.base import EngineBase, EventSink, Message
 from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, make_splitter, reasoning_parser_name
 
 log = logging.getLogger(__name__)
@@ -233,26 +240,26 @@ class EngineHost(EngineBase):
         log_offset = vllm_logging.log_size(engine_log)
         self.kv = KvStats()
         try:
-            # Blocks this loop for tens of seconds; nothing else runs here meanwhile.
-            engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[_stat_logger_factory(self.kv)])
+            # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
+            # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
+            self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[_stat_logger_factory(self.kv)])
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
             raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
 
-        self._engine = engine
         self.config = config
-        self._tokenizer = engine.get_tokenizer()
+        self._tokenizer = self._engine.get_tokenizer()
         model_type = None
         if local_path is not None:
             with contextlib.suppress(OSError, ValueError):
                 model_type = json.loads((local_path / "config.json").read_text()).get("model_type")
         self._parser_name = reasoning_parser_name(model, model_type)
         self._native_thinking = self._parser_name is not None
-        cache = engine.vllm_config.cache_config
+        cache = self._engine.vllm_config.cache_config
         capacity = int(getattr(cache, "kv_cache_size_tokens", 0) or (cache.num_gpu_blocks or 0) * cache.block_size)
         self.ready = EngineReady(
             model=model, kv_cache_dtype=config.kv_cache_dtype,
-            max_model_len=engine.vllm_config.model_config.max_model_len,
+            max_model_len=self._engine.vllm_config.model_config.max_model_len,
             kv_capacity_tokens=capacity,
             max_concurrency=float(getattr(cache, "kv_cache_max_concurrency", 0.0) or 0.0),
             load_seconds=time.perf_counter() - started)

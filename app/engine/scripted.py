@@ -18,7 +18,14 @@ from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
-    AnswerDelta, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason, Metrics, ThinkingDelta,
+    AnswerDelta,
+    EngineErrorEvent,
+    EngineEvent,
+    EngineReady,
+    Finished,
+    FinishReason,
+    Metrics,
+    ThinkingDelta,
 )
 from app.engine.reasoning import ThinkTagSplitter
 

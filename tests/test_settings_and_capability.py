@@ -1,0 +1,112 @@
+"""Settings schema (validation, persistence, corruption) and the fp8 capability preflight."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from app.core import paths
+from app.core.settings import EngineConfig, SamplingConfig, Settings, load_settings, save_settings, settings_path
+from app.engine import capability
+from app.engine.capability import GpuInfo, HardwareProbe
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.host import EngineHost, check_model_path
+
+
+def test_settings_live_in_the_isolated_config_dir(isolated_dirs) -> None:
+    assert settings_path().is_relative_to(isolated_dirs)
+    assert paths.log_dir().is_relative_to(isolated_dirs)
+
+
+def test_round_trip() -> None:
+    settings = Settings(engine=EngineConfig(kv_cache_dtype="fp8_e5m2", max_model_len=8192),
+                        sampling=SamplingConfig(temperature=0.3, think_budget=99))
+    save_settings(settings)
+    loaded, notice = load_settings()
+    assert notice is None and loaded == settings
+
+
+@pytest.mark.parametrize("bad", [
+    {"max_model_len": 10}, {"kv_cache_dtype": "fp4"}, {"gpu_memory_utilization": 1.5}, {"unknown": 1},
+])
+def test_invalid_engine_values_are_refused(bad: dict) -> None:
+    with pytest.raises(ValidationError):
+        EngineConfig(**bad)
+
+
+def test_trust_remote_code_is_off_by_default() -> None:
+    assert EngineConfig().trust_remote_code is False
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"engine": {"max_model_len": -5}}),
+                                     json.dumps({"schema_version": 99})])
+def test_corrupted_file_is_backed_up_and_defaults_load(content: str) -> None:
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+    loaded, notice = load_settings()
+    assert loaded == Settings()
+    backups = list(path.parent.glob("settings.json.corrupt-*"))
+    assert len(backups) == 1 and backups[0].read_text() == content
+    assert notice is not None and str(backups[0]) in notice
+    assert not path.exists()
+
+
+NO_AVX512 = HardwareProbe("cpu", "0.32.0", frozenset({"avx", "avx2", "fma"}))
+SAPPHIRE_RAPIDS = HardwareProbe("cpu", "0.32.0", frozenset({"avx2", "avx512f", "amx_tile"}))
+
+
+def gpu(cc: tuple[int, int], name: str = "NVIDIA GeForce RTX 3090") -> HardwareProbe:
+    return HardwareProbe("cuda", "0.33.1", frozenset(), (GpuInfo(0, name, cc, 24 << 30, 20 << 30),))
+
+
+def test_cpu_fp8_needs_avx512_or_amx() -> None:
+    reason = capability.kv_dtype_unsupported_reason("fp8_e4m3", NO_AVX512)
+    assert reason is not None and "AVX-512" in reason
+    assert capability.kv_dtype_unsupported_reason("fp8_e4m3", SAPPHIRE_RAPIDS) is None
+    assert capability.kv_dtype_unsupported_reason("auto", NO_AVX512) is None
+
+
+def test_gpu_fp8_rules() -> None:
+    ampere, ada = gpu((8, 6)), gpu((8, 9), "NVIDIA GeForce RTX 4090")
+    reason = capability.kv_dtype_unsupported_reason("fp8_e4m3", ampere, flashinfer=False)
+    assert reason is not None and "8.9" in reason
+    assert capability.kv_dtype_unsupported_reason("fp8_e4m3", ampere, flashinfer=True) is None
+    assert capability.kv_dtype_unsupported_reason("fp8_e5m2", ampere, flashinfer=False) is None
+    assert capability.kv_dtype_unsupported_reason("fp8_e4m3", ada, flashinfer=False) is None
+    assert "too old" in capability.kv_dtype_unsupported_reason("fp8_e5m2", gpu((7, 5)))
+
+
+def test_this_machine_probe_reads_real_cpu_flags() -> None:
+    probe = capability.probe_hardware()
+    assert probe.engine_kind in ("cpu", "cuda")
+    assert "sse2" in probe.cpu_flags or not probe.cpu_flags  # x86 machines list sse2
+
+
+def test_fp8_on_unsupported_hardware_is_a_typed_error_before_vllm_loads(monkeypatch) -> None:
+    monkeypatch.setattr(capability, "probe_hardware", lambda: NO_AVX512)
+    host = EngineHost()
+    try:
+        with pytest.raises(EngineFailure) as caught:
+            host.loop_thread.submit(host.start(EngineConfig(kv_cache_dtype="fp8_e4m3"))).result(30)
+    finally:
+        host.close()
+    assert caught.value.kind is FailureKind.KV_DTYPE_UNSUPPORTED
+    assert caught.value.fallback == {"kv_cache_dtype": "auto"}
+    assert "AVX-512" in caught.value.message
+
+
+def test_model_path_problems_name_the_path(tmp_path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(EngineFailure, match=str(missing)):
+        check_model_path(str(missing))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(EngineFailure, match="no config.json"):
+        check_model_path(str(empty))
+    (empty / "config.json").write_text("{broken")
+    with pytest.raises(EngineFailure, match="broken"):
+        check_model_path(str(empty))
+    assert check_model_path("Qwen/Qwen3-8B") is None  # a hub id is not a local path

@@ -1,0 +1,197 @@
+"""The main window against the ScriptedEngineDouble: deterministic streams, what the user sees."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.core.settings import EngineConfig, Settings
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.scripted import Script, ScriptedEngineDouble
+
+CUT_TAGS = ["<th", "ink>Let me ", "think.</thi", "nk>\n", "\nAnswer ", "here: `5`."]
+
+
+def wait_ready(qtbot, window) -> None:
+    qtbot.waitUntil(lambda: window.send_button.isEnabled(), timeout=10_000)
+
+
+def send(qtbot, window, text: str = "What is 2+3?"):
+    with qtbot.waitSignal(window.reply_finished, timeout=20_000) as blocker:
+        window.prompt.setPlainText(text)
+        window.send_button.click()
+    return blocker.args[0]
+
+
+def test_input_waits_for_the_engine_and_status_says_loading(qtbot, make_window) -> None:
+    window = make_window(ScriptedEngineDouble(load_seconds=0.3))
+    qtbot.waitUntil(lambda: "loading model" in window.status_label.text(), timeout=5_000)
+    assert not window.prompt.isEnabled() and not window.send_button.isEnabled()
+    wait_ready(qtbot, window)
+    assert window.prompt.isEnabled()
+    assert "ready" in window.status_label.text()
+    assert window.gauges.kv_bar.text() == "0% of 46,592 tokens"
+
+
+def test_tags_cut_across_deltas_land_in_the_right_panes(qtbot, make_window) -> None:
+    window = make_window(ScriptedEngineDouble([Script(CUT_TAGS, tokens_per_second=100)]))
+    wait_ready(qtbot, window)
+    finished = send(qtbot, window)
+    assert finished.reason == "stop"
+    assert window.thinking_pane.text() == "Let me think."
+    assert window.answer_pane.text() == "Answer here: `5`."
+    assert "5" in window.answer_pane.view.toPlainText() and "`" not in window.answer_pane.view.toPlainText()
+    assert window.thinking_pane.folded, "thinking folds away once the answer starts"
+    window.thinking_pane.toggle.click()
+    assert not window.thinking_pane.folded and window.thinking_pane.view.isVisible()
+    assert window.thinking_pane.header.text().startswith("Thinking · 2 tokens")
+    assert window.send_button.isEnabled() and window.copy_button.isEnabled()
+    assert not window.stop_button.isEnabled() and not window.answer_now_button.isEnabled()
+    assert "%" in window.gauges.kv_bar.text() and window.gauges.kv_usage > 0
+    assert "tok/s" in window.gauges.answer_rate.text()
+    assert window.gauges.ttft.text().endswith("ms")
+    assert window.conversation_list.list.item(0).text() == "What is 2+3?"
+
+
+def test_error_mid_stream_keeps_the_partial_reply_and_offers_a_restart(qtbot, make_window) -> None:
+    script = Script(["<think>step one ", "step two</think>", "Partial ", "answer ", "lost"], fail_after=4)
+    engine = ScriptedEngineDouble([script])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    finished = send(qtbot, window)
+    assert finished.reason == "error"
+    assert window.answer_pane.text() == "Partial answer "
+    assert window.banner.isVisible() and "stopped unexpectedly" in window.banner.text()
+    assert window.banner.action.text() == "Restart engine"
+    assert window.conversation.turns[-1].answer == "Partial answer "
+    with qtbot.waitSignal(window.bridge.engine_ready, timeout=10_000):
+        window.banner.action.click()
+    assert len(engine.starts) == 2
+
+
+def test_very_fast_stream_delivers_every_character_in_few_updates(qtbot, make_window) -> None:
+    words = [f"w{i} " for i in range(4000)]
+    window = make_window(ScriptedEngineDouble([Script(["<think>fast</think>", *words], tokens_per_second=50_000)]))
+    wait_ready(qtbot, window)
+    updates: list[str] = []
+
+    def count_update(request_id: str, text: str) -> None:
+        updates.append(text)
+
+    window.bridge.answer_delta.connect(count_update)
+    send(qtbot, window)
+    window.bridge.answer_delta.disconnect(count_update)
+    assert window.answer_pane.text() == "".join(words)
+    assert len(updates) < len(words) / 10, "text must be coalesced per frame, not one update per token"
+
+
+def test_stop_aborts_a_slow_stream_at_once(qtbot, make_window) -> None:
+    slow = Script(["<think>"] + [f"thought {i} " for i in range(200)], tokens_per_second=5)
+    window = make_window(ScriptedEngineDouble([slow]))
+    wait_ready(qtbot, window)
+    window.prompt.setPlainText("think slowly")
+    window.send_button.click()
+    qtbot.waitUntil(lambda: window.thinking_pane.text() != "", timeout=5_000)
+    assert window.stop_button.isEnabled() and not window.send_button.isEnabled()
+    with qtbot.waitSignal(window.reply_finished, timeout=2_000) as blocker:
+        window.stop_button.click()
+    assert blocker.args[0].reason == "abort"
+    assert window.thinking_pane.text().startswith("thought 0")
+    assert window.notice_label.isVisible() and "Stopped" in window.notice_label.text()
+    assert window.send_button.isEnabled() and not window.stop_button.isEnabled()
+
+
+def test_answer_now_ends_thinking_and_answers(qtbot, make_window) -> None:
+    slow = Script(["<think>"] + [f"t{i} " for i in range(40)] + ["</think>never"], tokens_per_second=20)
+    window = make_window(ScriptedEngineDouble([slow]))
+    wait_ready(qtbot, window)
+    window.prompt.setPlainText("hurry")
+    window.send_button.click()
+    qtbot.waitUntil(lambda: window.thinking_pane.text() != "", timeout=5_000)
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        window.answer_now_button.click()
+    assert window.answer_pane.text() != ""
+    assert len(window.thinking_pane.text().split()) < 40
+
+
+def test_regenerate_replaces_the_last_reply(qtbot, make_window) -> None:
+    engine = ScriptedEngineDouble([Script(["<think>a</think>first"]), Script(["<think>b</think>second"])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    send(qtbot, window, "question")
+    assert window.answer_pane.text() == "first"
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        window.regenerate_button.click()
+    assert window.answer_pane.text() == "second"
+    assert len(window.conversation.turns) == 1
+    assert engine.requests[0] == engine.requests[1] == [{"role": "user", "content": "question"}]
+
+
+def test_enter_sends_and_shift_enter_adds_a_line(qtbot, make_window) -> None:
+    engine = ScriptedEngineDouble([Script(["<think>x</think>y"])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    qtbot.keyClicks(window.prompt, "line one")
+    qtbot.keyClick(window.prompt, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(window.prompt, "line two")
+    assert window.prompt.toPlainText() == "line one\nline two"
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        qtbot.keyClick(window.prompt, Qt.Key.Key_Return)
+    assert engine.requests == [[{"role": "user", "content": "line one\nline two"}]]
+    assert window.prompt.toPlainText() == ""
+
+
+def test_second_turn_sends_the_history_without_thinking(qtbot, make_window) -> None:
+    engine = ScriptedEngineDouble([Script(["<think>secret</think>four"]), Script(["<think>z</think>five"])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    send(qtbot, window, "2+2?")
+    send(qtbot, window, "and plus one?")
+    assert engine.requests[1] == [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "four"},
+                                  {"role": "user", "content": "and plus one?"}]
+    assert "four" in window.transcript.toPlainText()
+
+
+def test_failed_start_names_the_fix_and_retries_on_the_fallback(qtbot, make_window) -> None:
+    failure = EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, "FP8 KV cache needs AVX-512 or AMX.",
+                            "Use KV cache dtype 'auto' (bf16).", {"kv_cache_dtype": "auto"})
+    engine = ScriptedEngineDouble(start_failure=failure)
+    settings = Settings(engine=EngineConfig(kv_cache_dtype="fp8_e4m3"))
+    window = make_window(engine, settings)
+    qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=5_000)
+    assert "AVX-512" in window.banner.text() and "auto" in window.banner.text()
+    assert window.banner.action.text() == "Retry with kv_cache_dtype = auto"
+    assert not window.send_button.isEnabled()
+    window.banner.action.click()
+    wait_ready(qtbot, window)
+    assert [c.kv_cache_dtype for c in engine.starts] == ["fp8_e4m3", "auto"]
+    assert window.gauges.kv_label.text() == "KV cache (auto)"
+
+
+def test_conversations_new_rename_delete(qtbot, make_window, monkeypatch) -> None:
+    from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+    window = make_window(ScriptedEngineDouble([Script(["<think>a</think>b"])]))
+    wait_ready(qtbot, window)
+    send(qtbot, window, "first chat")
+    window.conversation_list.new_button.click()
+    assert window.conversation_list.list.count() == 2 and window.answer_pane.text() == ""
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Renamed", True))
+    window.conversation_list.rename_button.click()
+    assert window.conversation_list.list.item(1).text() == "Renamed"
+    window.conversation_list.list.setCurrentRow(0)
+    assert window.answer_pane.text() == "b"
+    monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
+    window.conversation_list.delete_button.click()
+    assert [c.title for c in window.conversations] == ["Renamed"]
+
+
+def test_memory_gauge_says_which_memory_it_shows(qtbot, make_window) -> None:
+    window = make_window(ScriptedEngineDouble())
+    expected = "VRAM" if window.gauges.memory_probe.has_gpu else "RAM (no NVIDIA GPU)"
+    assert window.gauges.memory_label.text() == expected
+    assert "GiB" in window.gauges.memory_bar.text()
+
+
+def test_settings_notice_is_shown(qtbot, make_window) -> None:
+    window = make_window(ScriptedEngineDouble(), notice="Your settings file could not be read.")
+    assert window.banner.isVisible() and "could not be read" in window.banner.text()
