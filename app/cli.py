@@ -37,7 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("what", choices=["engine", "ui", "startup", "all"], help="which benchmark")
     bench.add_argument("--tokens", type=int, default=256, help="tokens per engine run")
     bench.add_argument("--json", action="store_true", help="print results as JSON")
+    doctor = sub.add_parser("doctor", help="check that Nalar can run here, and with what")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        from app.doctor import run_doctor
+
+        return run_doctor(args.json)
     _configure_logging()
     if args.command == "bench":
         from app.bench import run_bench

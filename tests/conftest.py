@@ -35,16 +35,22 @@ def isolated_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "xdg"
 
 
-def vllm_processes(grace_s: float = 15.0) -> list[str]:
-    """Our vLLM children still alive after ``grace_s`` (EngineCore, workers), as descriptions.
+def child_pids() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
 
+
+def vllm_processes(before: set[int] = frozenset(), grace_s: float = 15.0) -> list[str]:
+    """Our child processes (EngineCore, workers) not in ``before`` that are still alive after ``grace_s``.
+
+    ``before`` holds the children that existed when a test began (the shared session engine's).
     multiprocessing's resource tracker lives as long as we do and is not one of them.
     """
     def ours() -> list[psutil.Process]:
         found = []
         for child in psutil.Process().children(recursive=True):
             try:
-                if "resource_tracker" not in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                if (child.pid not in before and "resource_tracker" not in " ".join(child.cmdline())
+                        and child.status() != psutil.STATUS_ZOMBIE):
                     found.append(child)
             except psutil.NoSuchProcess:
                 continue

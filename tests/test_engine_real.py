@@ -13,7 +13,7 @@ from app.engine import capability
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import AnswerDelta, EngineEvent, Finished, Metrics, ThinkingDelta
 from app.engine.host import EngineHost
-from tests.conftest import require_embedded_model, vllm_processes
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
 pytestmark = pytest.mark.real_engine
 QUESTION = [{"role": "user", "content": "What is 12 times 7? Explain briefly."}]
@@ -109,6 +109,7 @@ def test_long_conversation_drops_oldest_turns_and_too_long_message_is_an_error(r
 def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> None:
     """fp8 either runs (AVX-512/AMX here) or is a typed error; a real failed start cleans up."""
     model = str(require_embedded_model())
+    before = child_pids()
     host = EngineHost()
     try:
         fp8 = EngineConfig(model=model, kv_cache_dtype="fp8_e4m3", max_model_len=2048)
@@ -127,7 +128,7 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
             host.loop_thread.submit(host.start(too_small)).result(300)
         assert caught.value.kind is FailureKind.OUT_OF_MEMORY
         assert caught.value.fallback == {"max_model_len": 4096}
-        assert vllm_processes() == []
+        assert vllm_processes(before) == []
 
         ready = host.loop_thread.submit(host.start(EngineConfig(model=model, max_model_len=1024))).result(300)
         assert ready.kv_capacity_tokens > 0
@@ -137,4 +138,4 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
         assert any(isinstance(e, (ThinkingDelta, AnswerDelta)) for e in events)
     finally:
         host.close()
-    assert vllm_processes() == []
+    assert vllm_processes(before) == []

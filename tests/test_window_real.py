@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from app.core.settings import EngineConfig, SamplingConfig, Settings
 from app.engine.events import Metrics
 from app.engine.host import EngineHost
-from tests.conftest import require_embedded_model, vllm_processes
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
 pytestmark = pytest.mark.real_engine
 
@@ -16,6 +16,7 @@ pytestmark = pytest.mark.real_engine
 def test_prompt_to_finished_reply_on_the_real_engine(qtbot, make_window) -> None:
     settings = Settings(engine=EngineConfig(model=str(require_embedded_model()), max_model_len=2048),
                         sampling=SamplingConfig(think_budget=24, max_tokens=24))
+    before = child_pids()
     window = make_window(EngineHost(), settings)
     qtbot.waitUntil(lambda: "loading" in window.status_label.text(), timeout=10_000)
     assert not window.send_button.isEnabled() and not window.prompt.isEnabled()
@@ -41,4 +42,4 @@ def test_prompt_to_finished_reply_on_the_real_engine(qtbot, make_window) -> None
     assert window.gauges.ttft.text().endswith("ms")
 
     window.close()
-    assert vllm_processes() == []
+    assert vllm_processes(before) == []

@@ -32,7 +32,7 @@ class EngineBase:
         raise NotImplementedError
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                 request_id: str | None = None) -> AsyncIterator[EngineEvent]:
+                 request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncIterator[EngineEvent]:
         raise NotImplementedError
 
     async def abort(self, request_id: str) -> None:
@@ -45,10 +45,10 @@ class EngineBase:
         raise NotImplementedError
 
     async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
-                        request_id: str) -> Finished | None:
+                        request_id: str, *, ignore_eos: bool = False) -> Finished | None:
         """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
         last: Finished | None = None
-        async with contextlib.aclosing(self.generate(messages, sampling, request_id)) as events:
+        async with contextlib.aclosing(self.generate(messages, sampling, request_id, ignore_eos=ignore_eos)) as events:
             async for event in events:
                 sink(event)
                 if isinstance(event, Finished):

@@ -242,7 +242,8 @@ class EngineHost(EngineBase):
         try:
             # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
             # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
-            self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[_stat_logger_factory(self.kv)])
+            self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
+                                                     stat_loggers=[_stat_logger_factory(self.kv)])
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
             raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
@@ -320,14 +321,17 @@ class EngineHost(EngineBase):
         return ids, dropped
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                       request_id: str | None = None) -> AsyncIterator[EngineEvent]:
-        """Stream one reply: thinking and answer deltas, metrics, then exactly one Finished."""
+                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncIterator[EngineEvent]:
+        """Stream one reply: thinking and answer deltas, metrics, then exactly one Finished.
+
+        ``ignore_eos`` is for benchmarks that need a fixed number of tokens.
+        """
         rid = request_id or uuid.uuid4().hex[:12]
         try:
             if not self.is_ready:
                 raise EngineFailure(FailureKind.NOT_READY, "The engine is not running.",
                                     "Wait for the model to load, or restart the engine.")
-            async for event in self._generate(list(messages), sampling, rid):
+            async for event in self._generate(list(messages), sampling, rid, ignore_eos):
                 yield event
         except EngineFailure as failure:
             yield EngineErrorEvent(rid, failure)
@@ -337,7 +341,8 @@ class EngineHost(EngineBase):
             self._answer_now.discard(rid)
             self._aborted.discard(rid)
 
-    async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str) -> AsyncIterator[EngineEvent]:
+    async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str,
+                        ignore_eos: bool) -> AsyncIterator[EngineEvent]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -384,7 +389,7 @@ class EngineHost(EngineBase):
                 name, ids = phases.pop(0)
                 params = SamplingParams(
                     temperature=sampling.temperature, top_p=sampling.top_p,
-                    repetition_penalty=sampling.repetition_penalty,
+                    repetition_penalty=sampling.repetition_penalty, ignore_eos=ignore_eos,
                     max_tokens=min(room(len(ids)), (budget + sampling.max_tokens) if name == "think"
                                    else sampling.max_tokens),
                     output_kind=RequestOutputKind.DELTA)

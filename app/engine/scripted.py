@@ -87,7 +87,7 @@ class ScriptedEngineDouble(EngineBase):
         self.loop_thread.call_soon(self._answer_now.add, request_id)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                       request_id: str | None = None) -> AsyncIterator[EngineEvent]:
+                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncIterator[EngineEvent]:
         rid = request_id or uuid.uuid4().hex[:12]
         self.requests.append(list(messages))
         if self.ready is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 
@@ -44,6 +45,10 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
         log.info("window shown %.3f s after process start", shown)
         if report_startup:
             print(f"nalar: window shown {shown:.3f} s after process start", flush=True)
+        if os.environ.get("NALAR_QUIT_AFTER_SHOWN"):  # `nalar bench startup` measures and leaves
+            window.close()
+            app.quit()
+            return
         window.start_engine()
 
     # After the first paint: the window is on screen before the engine (and torch) load.

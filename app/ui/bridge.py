@@ -118,8 +118,10 @@ class EngineBridge(QObject):
         self.engine_ready.emit(ready)
         return ready
 
-    async def generate(self, messages: list[Message], sampling: SamplingConfig, request_id: str) -> Finished | None:
-        return await on_engine(self.engine.loop_thread, self.engine.stream_to(self.post, messages, sampling, request_id))
+    async def generate(self, messages: list[Message], sampling: SamplingConfig, request_id: str,
+                       *, ignore_eos: bool = False) -> Finished | None:
+        stream = self.engine.stream_to(self.post, messages, sampling, request_id, ignore_eos=ignore_eos)
+        return await on_engine(self.engine.loop_thread, stream)
 
     async def abort(self, request_id: str) -> None:
         await on_engine(self.engine.loop_thread, self.engine.abort(request_id))

@@ -174,6 +174,7 @@ class MainWindow(QMainWindow):
         self.regenerate_button.clicked.connect(self.regenerate)
         self.copy_button.clicked.connect(self.copy_answer)
         self.banner.action_clicked.connect(self.on_banner_action)
+        self.thinking_pane.fold_changed.connect(self.on_thinking_folded)
         lst = self.conversation_list
         lst.new_button.clicked.connect(self.new_conversation)
         lst.rename_button.clicked.connect(self.rename_conversation)
@@ -387,6 +388,12 @@ class MainWindow(QMainWindow):
         self.gauges.update_metrics(metrics)
         if metrics.request_id == self.current_request:
             self.thinking_pane.set_tokens(metrics.thinking_tokens)
+
+    def on_thinking_folded(self, folded: bool) -> None:
+        """A folded trace shrinks to its header so the answer gets the room."""
+        total = sum(self.live_split.sizes()) or self.live_split.width()
+        folded_width = 180
+        self.live_split.setSizes([folded_width, total - folded_width] if folded else [total // 2, total - total // 2])
 
     def show_notice(self, text: str) -> None:
         self.notice_label.setText(text)

@@ -24,12 +24,15 @@ MARKDOWN_REFRESH_MS = 100
 class ThinkingPane(QFrame):
     """The model's thinking trace, streamed as plain text; shows tokens and seconds."""
 
+    fold_changed = Signal(bool)
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("ThinkingPane")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.header = QLabel("Thinking")
         self.header.setObjectName("ThinkingHeader")
+        self.header.setWordWrap(True)
         self.toggle = QToolButton(text="Hide", checkable=True)
         self.toggle.setToolTip("Fold or unfold the thinking trace")
         self.toggle.toggled.connect(self._on_toggled)
@@ -103,6 +106,7 @@ class ThinkingPane(QFrame):
     def _on_toggled(self, folded: bool) -> None:
         self.view.setVisible(not folded)
         self.toggle.setText("Show" if folded else "Hide")
+        self.fold_changed.emit(folded)
 
 
 class AnswerPane(QFrame):

