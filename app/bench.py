@@ -46,26 +46,32 @@ def _model_config(**overrides: Any) -> EngineConfig:
 
 # ---- engine: raw AsyncLLM against the engine layer, same engine, same prompt ----------------
 
-async def _raw_run(host: Any, tokens: int, index: int) -> float:
-    """Decode tok/s straight from AsyncLLM.generate, no Nalar code in the loop."""
+async def _raw_run(host: Any, tokens: int, index: int, messages: list[dict[str, str]] | None = None,
+                   include_prefill: bool = False) -> float:
+    """tok/s straight from AsyncLLM.generate, no Nalar code in the loop.
+
+    By default the rate counts the decode after the first token; ``include_prefill`` times the
+    whole request instead, from the call to the last token, as a user waits for it.
+    """
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
-    ids, _ = host.fit_prompt(PROMPT, reserve=tokens, opened_think=False)
+    ids, _ = host.fit_prompt(messages or PROMPT, reserve=tokens, opened_think=False)
     params = SamplingParams(max_tokens=tokens, temperature=0.6, top_p=0.95, ignore_eos=True,
                             output_kind=RequestOutputKind.DELTA)
+    called = time.perf_counter()
     first = last = None
     count = 0
     async for output in host._engine.generate(TokensPrompt(prompt_token_ids=ids), params, f"raw-{index}"):
         now = time.perf_counter()
         n = len(output.outputs[0].token_ids)
-        if n and first is None:
+        if n and first is None and not include_prefill:
             first = now
             continue  # the first token ends the prefill; rate counts the decode after it
         count += n
         last = now
-    return count / (last - first)
+    return count / (last - (called if include_prefill else first))
 
 
 async def _layer_run(host: Any, tokens: int, index: int) -> float:
@@ -86,7 +92,7 @@ async def _layer_run(host: Any, tokens: int, index: int) -> float:
     return (total - 1) / (last - first)
 
 
-def bench_engine(tokens: int, repeats: int = 3) -> dict[str, Any]:
+def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
     from app.engine.host import EngineHost
 
     host = EngineHost()
@@ -166,7 +172,9 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
     from app.ui.main_window import MainWindow
 
     app, loop = _qt_app()
-    words = [f"t{i} " for i in range(int(rate * seconds))]
+    # Model-like text: a line break every 12 tokens, a paragraph every 60.
+    words = [f"t{i}" + ("\n\n" if i % 60 == 59 else "\n" if i % 12 == 11 else " ")
+             for i in range(int(rate * seconds))]
     thinking = words[: len(words) // 5]
     answer = words[len(words) // 5:]
     script = Script(["<think>", *thinking, "</think>", *answer], tokens_per_second=rate)
@@ -191,8 +199,13 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
             "every_character_arrived": complete}
 
 
-def bench_ui_real(tokens: int, repeats: int = 3) -> dict[str, Any]:
-    """Real engine: UI stall while loading, then raw tok/s and tok/s seen through the window."""
+def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
+    """Real engine: UI stall while loading, then end-to-end tok/s through the window against raw AsyncLLM.
+
+    Both sides time the whole request (prefill included), for the same prompt and token count:
+    the window from the Send click to the finished reply on screen, raw AsyncLLM from the call
+    to its last token.
+    """
     from app.engine.host import EngineHost
     from app.ui.main_window import MainWindow
 
@@ -202,8 +215,6 @@ def bench_ui_real(tokens: int, repeats: int = 3) -> dict[str, Any]:
     window = MainWindow(host, settings)
     window.show()
     meter = StallMeter()
-    deltas: list[float] = []
-    window.bridge.answer_delta.connect(lambda rid, text: deltas.append(time.perf_counter()))
     finished: list[Any] = []
     window.reply_finished.connect(finished.append)
     raw, through_window = [], []
@@ -213,17 +224,21 @@ def bench_ui_real(tokens: int, repeats: int = 3) -> dict[str, Any]:
         _wait(loop, window.send_button.isEnabled, 600)
         load_stall = meter.stop()
         for index in range(repeats):
-            raw.append(host.loop_thread.submit(_raw_run(host, tokens, index)).result(600))
-            deltas.clear()
+            window.new_conversation()
             finished.clear()
-            window.send(f"{PROMPT[0]['content']} ({index})")
+            prompt = f"{PROMPT[0]['content']} ({index})"
+            sent = time.perf_counter()
+            window.send(prompt)
             _wait(loop, lambda: bool(finished), 600)
-            metrics = finished[0].metrics
-            # The first delta closes the prefill, as in _raw_run; UI-side timestamps include the bridge.
-            through_window.append((metrics.answer_tokens - 1) / (deltas[-1] - deltas[0]))
+            elapsed = time.perf_counter() - sent
+            produced = finished[0].metrics.answer_tokens
+            through_window.append(produced / elapsed)
+            messages = [{"role": "user", "content": prompt}]
+            raw.append(host.loop_thread.submit(
+                _raw_run(host, produced, index, messages, include_prefill=True)).result(600))
         window.close()
     raw_median, window_median = statistics.median(raw), statistics.median(through_window)
-    return {"benchmark": "ui-real", "tokens_per_run": tokens, "longest_ui_stall_while_loading_ms":
+    return {"benchmark": "ui-real", "max_tokens": tokens, "longest_ui_stall_while_loading_ms":
             round(load_stall * 1000, 1), "raw_asyncllm_tok_s": round(raw_median, 2),
             "through_window_tok_s": round(window_median, 2), "ratio": round(window_median / raw_median, 3),
             "raw_runs": [round(x, 2) for x in raw], "window_runs": [round(x, 2) for x in through_window]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QKeyEvent, QTextCursor
+from PySide6.QtGui import QFont, QKeyEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -19,6 +19,11 @@ from PySide6.QtWidgets import (
 )
 
 MARKDOWN_REFRESH_MS = 100
+# Qt re-lays out a whole block on every insert; a trace with no newlines would make that O(n²).
+# Past this length a block is broken at the next space (display only; text() keeps the original).
+MAX_DISPLAY_BLOCK = 2000
+# Past this, the answer's streaming tail is committed at a line break so re-renders stay short.
+MAX_MARKDOWN_TAIL = 4000
 
 
 class ThinkingPane(QFrame):
@@ -50,12 +55,14 @@ class ThinkingPane(QFrame):
         layout.addLayout(top)
         layout.addWidget(self.view, 1)
         self._text: list[str] = []
+        self._block_len = 0
         self._started: float | None = None
         self._ended: float | None = None
         self.tokens = 0
 
     def clear(self) -> None:
         self._text.clear()
+        self._block_len = 0
         self.view.clear()
         self._started = self._ended = None
         self.tokens = 0
@@ -72,7 +79,19 @@ class ThinkingPane(QFrame):
         self._text.append(text)
         cursor = self.view.textCursor()
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertText(text)
+        for index, line in enumerate(text.split("\n")):
+            if index:
+                cursor.insertBlock()
+                self._block_len = 0
+            while self._block_len + len(line) > MAX_DISPLAY_BLOCK and " " in line:
+                cut = line.find(" ", max(0, MAX_DISPLAY_BLOCK - self._block_len))
+                if cut < 0:
+                    break
+                cursor.insertText(line[:cut])
+                cursor.insertBlock()
+                self._block_len, line = 0, line[cut + 1:]
+            cursor.insertText(line)
+            self._block_len += len(line)
         self.view.setTextCursor(cursor)
         self.view.ensureCursorVisible()
 
@@ -110,7 +129,11 @@ class ThinkingPane(QFrame):
 
 
 class AnswerPane(QFrame):
-    """The answer, rendered as Markdown (code blocks included) at a bounded refresh rate."""
+    """The answer, rendered as Markdown (code blocks included) at a bounded refresh rate.
+
+    Finished paragraphs are rendered once and kept; only the paragraph still streaming is
+    re-rendered, so the cost of a refresh does not grow with the length of the answer.
+    """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -126,14 +149,18 @@ class AnswerPane(QFrame):
         layout.addWidget(self.header)
         layout.addWidget(self.view, 1)
         self._text: list[str] = []
+        self._joined = ""
+        self._committed = 0  # characters of the text rendered for good
+        self._tail_start = 0  # document position where the re-rendered tail begins
         self._dirty = False
-        # Re-rendering Markdown is O(length): do it at most 10 times a second, not per frame.
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(MARKDOWN_REFRESH_MS)
         self._render_timer.timeout.connect(self.render)
 
     def clear(self) -> None:
         self._text.clear()
+        self._joined = ""
+        self._committed = self._tail_start = 0
         self._dirty = False
         self.view.clear()
 
@@ -144,18 +171,56 @@ class AnswerPane(QFrame):
             self._render_timer.start()
 
     def text(self) -> str:
-        return "".join(self._text)
+        if len(self._text) > 1:
+            self._text[:] = ["".join(self._text)]
+        return self._text[0] if self._text else ""
+
+    @staticmethod
+    def _stable_end(text: str, start: int) -> int:
+        """End of the last finished block after ``start``: a blank line outside a code fence."""
+        fence_open = False
+        stable = start
+        position = start
+        for line in text[start:].splitlines(keepends=True):
+            position += len(line)
+            if line.lstrip().startswith("```"):
+                fence_open = not fence_open
+            elif not fence_open and line.strip() == "" and line.endswith("\n"):
+                stable = position
+            elif not fence_open and position - start > MAX_MARKDOWN_TAIL and line.endswith("\n"):
+                stable = position  # a huge paragraph: commit at a line break
+        return stable
+
+    def _insert_block(self, cursor: QTextCursor, markdown: str) -> None:
+        """Markdown in a fresh block: a fragment's first block would merge into the one before."""
+        if cursor.position() > 0:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            if cursor.currentList() is not None:
+                cursor.currentList().remove(cursor.block())
+        cursor.insertMarkdown(markdown)
+        cursor.movePosition(QTextCursor.MoveOperation.End)
 
     def render(self) -> None:
-        if self._dirty:
-            bar = self.view.verticalScrollBar()
-            at_bottom = bar.value() >= bar.maximum() - 4
-            self.view.setMarkdown(self.text())
-            if at_bottom:
-                bar.setValue(bar.maximum())
-            self._dirty = False
-        else:
+        if not self._dirty:
             self._render_timer.stop()
+            return
+        self._dirty = False
+        text = self.text()
+        bar = self.view.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = QTextCursor(self.view.document())
+        cursor.setPosition(self._tail_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        stable = self._stable_end(text, self._committed)
+        if stable > self._committed:
+            self._insert_block(cursor, text[self._committed:stable])
+            self._committed = stable
+            self._tail_start = cursor.position()
+        if text[self._committed:]:
+            self._insert_block(cursor, text[self._committed:])
+        if at_bottom:
+            bar.setValue(bar.maximum())
 
 
 class PromptEdit(QPlainTextEdit):
