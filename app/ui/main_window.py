@@ -27,13 +27,14 @@ from qasync import asyncSlot
 
 from app.core import paths
 from app.core.conversation import Conversation, Turn
-from app.core.settings import EngineConfig, Settings
+from app.core.settings import EngineConfig, Settings, save_settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
 from app.ui.bridge import EngineBridge
 from app.ui.gauges import GaugeBar
 from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
+from app.ui.settings_dialog import SettingsDialog
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,9 @@ class MainWindow(QMainWindow):
         new_action.triggered.connect(self.new_conversation)
         quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
-        file_menu.addActions([new_action, quit_action])
+        settings_action = QAction("&Settings…", self, shortcut=QKeySequence.StandardKey.Preferences)
+        settings_action.triggered.connect(self.open_settings)
+        file_menu.addActions([new_action, settings_action, quit_action])
         engine_menu = self.menuBar().addMenu("&Engine")
         self.restart_action = QAction("&Restart engine", self)
         self.restart_action.triggered.connect(self.start_engine)
@@ -419,6 +422,23 @@ class MainWindow(QMainWindow):
             self.show_notice("Stopped. The partial reply is kept.")
         self._refresh_state()
         self.reply_finished.emit(finished)
+
+    # ---- settings ------------------------------------------------------------------------------
+
+    def open_settings(self) -> SettingsDialog:
+        dialog = SettingsDialog(self.settings, parent=self)
+        dialog.applied.connect(self.apply_settings)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    def apply_settings(self, settings: Settings) -> None:
+        """Save; restart the engine (keeping the conversation) only if an engine setting changed."""
+        restart = settings.engine != self.settings.engine or self.bridge.ready is None
+        self.settings = settings
+        save_settings(settings)
+        if restart and not self.streaming:
+            self.start_engine(settings.engine)
 
     # ---- misc ----------------------------------------------------------------------------------
 
