@@ -416,6 +416,8 @@ class EngineHost(EngineBase):
                         if thinking:
                             texts["thinking"].append(thinking)
                             yield ThinkingDelta(rid, thinking)
+                        if answer and not texts["answer"]:
+                            answer = answer.lstrip()  # the answer phase often opens with blank lines
                         if answer:
                             texts["answer"].append(answer)
                             yield AnswerDelta(rid, answer)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import time
 
 import qasync
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from app.core.settings import load_settings
 from app.engine.base import EngineBase
@@ -53,9 +54,28 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
 
     # After the first paint: the window is on screen before the engine (and torch) load.
     QTimer.singleShot(0, on_first_frame)
+    _close_on_signals(window)
     with loop:
         loop.run_until_complete(closed.wait())
+    window.bridge.close()  # idempotent: the window's closeEvent usually did it already
     return 0
+
+
+def _close_on_signals(window: QWidget) -> None:
+    """SIGTERM/SIGINT close the window like the user would, so the engine's processes end too.
+
+    Python runs signal handlers only between bytecodes; a slow no-op timer gives it the chance
+    while Qt's C++ loop waits.
+    """
+    def request_close(signum: int, frame: object) -> None:
+        log.info("signal %d: closing", signum)
+        QTimer.singleShot(0, window.close)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, request_close)
+    heartbeat = QTimer(window)
+    heartbeat.timeout.connect(lambda: None)
+    heartbeat.start(250)
 
 
 if __name__ == "__main__":

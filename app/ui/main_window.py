@@ -317,6 +317,7 @@ class MainWindow(QMainWindow):
             note = "" if turn.finish_reason in (None, "stop") else f" <i>({turn.finish_reason})</i>"
             parts.append(f"<p><b>Nalar</b>{note}<br>{html.escape(turn.answer).replace(chr(10), '<br>')}</p><hr>")
         self.transcript.setHtml("".join(parts))
+        self.transcript.setVisible(bool(parts))  # no empty box above the first reply
         self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
 
     # ---- a reply ---------------------------------------------------------------------------

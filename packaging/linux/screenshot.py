@@ -42,7 +42,9 @@ def main(out: Path) -> int:
         if win.send_button.isEnabled() and not win.conversation.turns:
             win.prompt.setPlainText(PROMPT)
             win.send()
-        elif win.streaming and len(win.answer_pane.text()) > 120:
+        elif win.send_button.isEnabled():
+            win.regenerate()  # the reply ended before the answer got long enough: try again
+        elif win.streaming and len(win.answer_pane.text()) > 80:
             win.thinking_pane.set_folded(False)
             win.answer_pane.render()
             app.processEvents()
