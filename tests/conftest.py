@@ -112,6 +112,20 @@ def ui_loop(qasync_loop: object) -> Iterator[object]:
     failures: list[dict] = []
     qasync_loop.set_exception_handler(lambda _loop, context: failures.append(context))
     yield qasync_loop
+    # A test that failed mid-reply leaves its slot's task waiting: end it here, not in the next test.
+    import asyncio
+
+    leftover = [task for task in asyncio.all_tasks(qasync_loop) if not task.done()]
+    for task in leftover:
+        task.cancel()
+    if leftover:
+        import time
+
+        from PySide6.QtCore import QCoreApplication, QEventLoop
+
+        deadline = time.monotonic() + 5
+        while not all(task.done() for task in leftover) and time.monotonic() < deadline:
+            QCoreApplication.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 50)
     qasync_loop.set_exception_handler(None)
     assert not failures, f"exceptions in async slots: {failures}"
 

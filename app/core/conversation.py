@@ -18,6 +18,9 @@ class Turn:
     answer_tokens: int = 0
     ttft_s: float | None = None
     answer_tok_s: float = 0.0
+    message_id: int | None = None  # its row in the history database
+    model: str = ""
+    kv_cache_dtype: str = ""
 
 
 @dataclass

@@ -44,6 +44,10 @@ class EngineBase:
     async def shutdown(self) -> None:
         raise NotImplementedError
 
+    def engine_died(self) -> bool:
+        """True when a started engine has stopped by itself. Polled by the UI."""
+        return False
+
     async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
                         request_id: str, *, ignore_eos: bool = False) -> Finished | None:
         """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""

@@ -36,12 +36,11 @@ from app.engine.events import (
     Metrics,
     ThinkingDelta,
 )
+from app.engine.orphans import OWNER_ENV, end_orphans, owner_tag, record_engine_processes
 from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, make_splitter, reasoning_parser_name
 
 log = logging.getLogger(__name__)
 
-# Children inherit this, so leftovers from a crashed run can be told apart from anyone else's vLLM.
-OWNER_ENV = "NALAR_ENGINE_OWNER"
 REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step inside <think> and "
                            "</think>, then give a short, clear answer.")
 FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
@@ -195,6 +194,9 @@ class EngineHost(EngineBase):
 
     async def _start(self, config: EngineConfig) -> EngineReady:
         started = time.perf_counter()
+        ended = await asyncio.get_running_loop().run_in_executor(None, end_orphans)
+        if ended:
+            self._status("loading", f"ended {ended} engine process(es) left by a crashed run", 0.03)
         probe = capability.probe_hardware()
         reason = capability.kv_dtype_unsupported_reason(config.kv_cache_dtype, probe)
         if reason:
@@ -214,7 +216,8 @@ class EngineHost(EngineBase):
         local_path = check_model_path(model)
 
         engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
-        os.environ[OWNER_ENV] = str(os.getpid())
+        # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
+        os.environ[OWNER_ENV] = owner_tag()
         self._status("loading", "importing vLLM…", 0.15)
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -249,6 +252,7 @@ class EngineHost(EngineBase):
             raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
 
         self.config = config
+        record_engine_processes()
         self._tokenizer = self._engine.get_tokenizer()
         model_type = None
         if local_path is not None:
@@ -277,11 +281,17 @@ class EngineHost(EngineBase):
         engine.shutdown()
         del engine
         gc.collect()  # drop AsyncLLM now; its __del__ at interpreter exit would shut down again
+        record_engine_processes()  # what is left (nothing, or multiprocessing's resource tracker)
         self._status("stopped", "engine stopped")
 
     @property
     def is_ready(self) -> bool:
         return self._engine is not None and not getattr(self._engine, "errored", False)
+
+    def engine_died(self) -> bool:
+        """True once a started engine's process is gone (vLLM's monitor thread notices). Thread-safe read."""
+        engine = self._engine
+        return engine is not None and bool(getattr(engine, "errored", False))
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -413,6 +423,8 @@ class EngineHost(EngineBase):
                             thinking, answer = part.thinking, part.answer
                         else:
                             thinking, answer = "", completion.text
+                        if thinking and not texts["thinking"]:
+                            thinking = thinking.lstrip()  # the trace opens with the newline after <think>
                         if thinking:
                             texts["thinking"].append(thinking)
                             yield ThinkingDelta(rid, thinking)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import html
 import logging
+import time
 import uuid
+from pathlib import Path
 
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
+    QFileDialog,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -27,6 +30,7 @@ from qasync import asyncSlot
 
 from app.core import paths
 from app.core.conversation import Conversation, Turn
+from app.core.history import HistoryStore, export_json, export_markdown
 from app.core.settings import EngineConfig, Settings, save_settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
@@ -37,6 +41,8 @@ from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
 from app.ui.settings_dialog import SettingsDialog
 
 log = logging.getLogger(__name__)
+PARTIAL_SAVE_MS = 1000
+HEALTH_POLL_MS = 1000
 
 
 class ConversationList(QWidget):
@@ -64,7 +70,8 @@ class MainWindow(QMainWindow):
 
     reply_finished = Signal(object)  # Finished, after the window has taken it in (for tests and history)
 
-    def __init__(self, engine: EngineBase, settings: Settings, settings_notice: str | None = None) -> None:
+    def __init__(self, engine: EngineBase, settings: Settings, settings_notice: str | None = None,
+                 history: HistoryStore | None = None) -> None:
         super().__init__()
         self.setWindowTitle("Nalar")
         self.resize(1280, 800)
@@ -75,13 +82,25 @@ class MainWindow(QMainWindow):
         self._answer_started = False
         self._closing = False
 
+        self.history = history or HistoryStore()
+        self._partial_timer = QTimer(self)
+        self._partial_timer.setInterval(PARTIAL_SAVE_MS)
+        self._partial_timer.timeout.connect(self.save_partial)
+        self._health_timer = QTimer(self)
+        self._health_timer.setInterval(HEALTH_POLL_MS)
+        self._health_timer.timeout.connect(self.check_engine_health)
+        self._health_timer.start()
+        self._death_reported = False
+
         self._build_widgets()
         self._build_menus()
         self._connect()
-        self.new_conversation()
+        self._load_history()
         self.set_busy_state(engine_ready=False, streaming=False)
         if settings_notice:
             self.banner.show_problem("Settings were reset", settings_notice)
+        if self.history.notice:
+            self.banner.show_problem("History was reset", self.history.notice)
 
     # ---- construction ------------------------------------------------------------------------
 
@@ -151,7 +170,11 @@ class MainWindow(QMainWindow):
         quit_action.triggered.connect(self.close)
         settings_action = QAction("&Settings…", self, shortcut=QKeySequence.StandardKey.Preferences)
         settings_action.triggered.connect(self.open_settings)
-        file_menu.addActions([new_action, settings_action, quit_action])
+        export_md = QAction("Export conversation as &Markdown…", self)
+        export_md.triggered.connect(lambda: self.export_conversation("md"))
+        export_json = QAction("Export conversation as &JSON…", self)
+        export_json.triggered.connect(lambda: self.export_conversation("json"))
+        file_menu.addActions([new_action, settings_action, export_md, export_json, quit_action])
         engine_menu = self.menuBar().addMenu("&Engine")
         self.restart_action = QAction("&Restart engine", self)
         self.restart_action.triggered.connect(self.start_engine)
@@ -205,8 +228,24 @@ class MainWindow(QMainWindow):
         self.conversation_list.setEnabled(not streaming)
         self.restart_action.setEnabled(not streaming)
 
+    @property
+    def engine_ready(self) -> bool:
+        return self.bridge.ready is not None and not self.bridge.engine.engine_died()
+
     def _refresh_state(self) -> None:
-        self.set_busy_state(engine_ready=self.bridge.ready is not None, streaming=self.streaming)
+        self.set_busy_state(engine_ready=self.engine_ready, streaming=self.streaming)
+
+    def check_engine_health(self) -> None:
+        """An engine process that dies while idle is noticed here, not at the next Send."""
+        if self._death_reported or not self.bridge.engine.engine_died():
+            return
+        self._death_reported = True
+        self.status_label.setText("engine stopped")
+        self.gauges.set_engine(None)
+        if not self.streaming:  # a streaming reply reports the death itself, with its partial text
+            self._show_failure(EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
+                                             "Restart the engine; your conversations are kept."))
+        self._refresh_state()
 
     # ---- engine lifecycle -------------------------------------------------------------------
 
@@ -214,6 +253,7 @@ class MainWindow(QMainWindow):
     async def start_engine(self, config: EngineConfig | None = None) -> None:
         """Load (or reload) the engine with the current settings; input waits until it is ready."""
         config = config or self.settings.engine
+        self._death_reported = False
         self.banner.hide()
         self.gauges.set_engine(None)
         self.set_busy_state(engine_ready=False, streaming=False)
@@ -242,6 +282,8 @@ class MainWindow(QMainWindow):
             self.gauges.set_engine(None)
 
     def on_engine_ready(self, ready: EngineReady) -> None:
+        log.info("engine ready: %s · KV %s · %d tokens · loaded in %.1f s", ready.model, ready.kv_cache_dtype,
+                 ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
         self._refresh_state()
         self.prompt.setFocus()
@@ -266,8 +308,21 @@ class MainWindow(QMainWindow):
 
     # ---- conversation ----------------------------------------------------------------------
 
+    def _load_history(self) -> None:
+        for conversation in self.history.conversations():
+            self.conversations.append(conversation)
+            self.conversation_list.list.addItem(QListWidgetItem(conversation.title))
+        if not self.conversations:
+            self.new_conversation()
+        else:
+            self.conversation_list.list.setCurrentRow(len(self.conversations) - 1)
+        if self.history.interrupted:
+            self.show_notice(f"{self.history.interrupted} reply(s) were cut off when Nalar last closed "
+                             "unexpectedly; what had arrived is kept, marked “interrupted”.")
+
     def new_conversation(self) -> None:
         self.conversations.append(Conversation())
+        self.history.save_conversation(self.conversations[-1])
         item = QListWidgetItem(self.conversations[-1].title)
         self.conversation_list.list.addItem(item)
         self.conversation_list.list.setCurrentRow(len(self.conversations) - 1)
@@ -280,6 +335,7 @@ class MainWindow(QMainWindow):
     def _set_title(self, title: str) -> None:
         self.conversation.title = title
         self.conversation_list.list.currentItem().setText(title)
+        self.history.save_conversation(self.conversation)
 
     def delete_conversation(self) -> None:
         row = self.conversation_list.list.currentRow()
@@ -288,7 +344,7 @@ class MainWindow(QMainWindow):
         if self.conversation.turns and QMessageBox.question(
                 self, "Delete conversation", f"Delete “{self.conversation.title}”?") != QMessageBox.StandardButton.Yes:
             return
-        self.conversations.pop(row)
+        self.history.delete_conversation(self.conversations.pop(row).id)
         self.conversation_list.list.takeItem(row)
         if not self.conversations:
             self.new_conversation()
@@ -307,6 +363,9 @@ class MainWindow(QMainWindow):
             self.answer_pane.append(last.answer)
             self.answer_pane.render()
             self.thinking_pane.set_folded(bool(last.answer))
+            if last.finish_reason == "interrupted":
+                self.show_notice("This reply was interrupted: Nalar closed while it streamed. "
+                                 "Regenerate to get a complete one.")
         self._refresh_state()
 
     def render_transcript(self, conversation: Conversation, include_last: bool) -> None:
@@ -325,7 +384,7 @@ class MainWindow(QMainWindow):
     @asyncSlot()
     async def send(self, text: str | None = None) -> None:
         text = (text if isinstance(text, str) else self.prompt.toPlainText()).strip()
-        if not text or self.streaming or self.bridge.ready is None:
+        if not text or self.streaming or not self.engine_ready:
             return
         self.prompt.clear()
         conversation = self.conversation
@@ -338,7 +397,7 @@ class MainWindow(QMainWindow):
     @asyncSlot()
     async def regenerate(self) -> None:
         conversation = self.conversation
-        if self.streaming or not conversation.turns or self.bridge.ready is None:
+        if self.streaming or not conversation.turns or not self.engine_ready:
             return
         last = conversation.turns[-1]
         conversation.turns[-1] = Turn(user=last.user)
@@ -353,6 +412,11 @@ class MainWindow(QMainWindow):
         self.render_transcript(conversation, include_last=False)
         self.thinking_pane.clear()
         self.answer_pane.clear()
+        turn = conversation.turns[-1]
+        ready = self.bridge.ready
+        turn.model, turn.kv_cache_dtype = (ready.model, ready.kv_cache_dtype) if ready else ("", "")
+        self.history.start_turn(conversation, turn)
+        self._partial_timer.start()
         self._refresh_state()
         try:
             await self.bridge.generate(conversation.messages(), self.settings.sampling, request_id)
@@ -419,10 +483,17 @@ class MainWindow(QMainWindow):
             turn.thinking_tokens, turn.answer_tokens, turn.ttft_s = m.thinking_tokens, m.answer_tokens, m.ttft_s
             turn.answer_tok_s = m.answer_tok_s
             self.thinking_pane.set_tokens(m.thinking_tokens)
+        self._partial_timer.stop()
+        self.history.finish_turn(turn)
         if finished.reason == "abort":
             self.show_notice("Stopped. The partial reply is kept.")
         self._refresh_state()
         self.reply_finished.emit(finished)
+
+    def save_partial(self) -> None:
+        """Every second while a reply streams: a crash then loses at most about a second of it."""
+        if self.streaming and self.conversation.turns:
+            self.history.save_partial(self.conversation.turns[-1], self.thinking_pane.text(), self.answer_pane.text())
 
     # ---- settings ------------------------------------------------------------------------------
 
@@ -443,6 +514,20 @@ class MainWindow(QMainWindow):
 
     # ---- misc ----------------------------------------------------------------------------------
 
+    def export_conversation(self, kind: str, path: str | None = None) -> Path | None:
+        conversation = self.conversation
+        if path is None:
+            suggested = str(Path.home() / f"{conversation.title[:40] or 'conversation'}.{kind}")
+            path, _ = QFileDialog.getSaveFileName(self, "Export conversation", suggested,
+                                                  "Markdown (*.md)" if kind == "md" else "JSON (*.json)")
+            if not path:
+                return None
+        target = Path(path)
+        target.write_text(export_markdown(conversation) if kind == "md" else export_json(conversation),
+                          encoding="utf-8")
+        self.statusBar().showMessage(f"Exported to {target}", 5000)
+        return target
+
     def open_log_folder(self) -> None:
         folder = paths.log_dir()
         folder.mkdir(parents=True, exist_ok=True)
@@ -453,7 +538,17 @@ class MainWindow(QMainWindow):
         if not self._closing:
             self._closing = True
             self.hide()
+            self._partial_timer.stop()
+            self._health_timer.stop()
             if self.current_request:
                 self.bridge.engine.loop_thread.submit(self.bridge.engine.abort(self.current_request))
+                turn = self.conversation.turns[-1]
+                turn.thinking, turn.answer = self.thinking_pane.text(), self.answer_pane.text()
+                turn.finish_reason = "abort"
+                self.history.finish_turn(turn)
+                self.current_request = None  # late events from the engine are ignored
+            started = time.monotonic()
             self.bridge.close(timeout=10)
+            self.history.close()
+            log.info("window closed; engine shut down in %.1f s", time.monotonic() - started)
         event.accept()

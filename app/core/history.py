@@ -1,0 +1,192 @@
+"""HistoryStore: conversations in SQLite (WAL), written while replies stream, so a crash loses ~1 s.
+
+A reply's row is created when it starts, with ``finish_reason`` NULL. Partial text is
+written as it streams; the final figures when it ends. A row still NULL when the store
+next opens belonged to a process that died: it is marked ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from app.core import paths
+from app.core.conversation import Conversation, Turn
+
+log = logging.getLogger(__name__)
+
+HISTORY_FILE = "history.sqlite3"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    user_text TEXT NOT NULL,
+    thinking_text TEXT NOT NULL DEFAULT '',
+    answer_text TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL DEFAULT '',
+    kv_cache_dtype TEXT NOT NULL DEFAULT '',
+    thinking_tokens INTEGER NOT NULL DEFAULT 0,
+    answer_tokens INTEGER NOT NULL DEFAULT 0,
+    ttft_s REAL,
+    tok_s REAL NOT NULL DEFAULT 0,
+    finish_reason TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    UNIQUE (conversation_id, position)
+);
+PRAGMA user_version = 1;
+"""
+
+
+def history_path() -> Path:
+    return paths.data_dir() / HISTORY_FILE
+
+
+class HistoryStore:
+    """One SQLite file. Used from the GUI thread; each call is one short transaction."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or history_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.notice: str | None = None
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            backup = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+            for suffix in ("", "-wal", "-shm"):
+                part = Path(str(self.path) + suffix)
+                if part.exists():
+                    part.replace(Path(str(backup) + suffix))
+            log.warning("history database %s was unreadable (%s); moved to %s", self.path, exc, backup)
+            self.notice = (f"Your conversation history could not be read ({exc}). It was moved to {backup} "
+                           "and a fresh history was started.")
+            self._db = self._open()
+        self.interrupted = self._mark_interrupted()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; `with db:` groups writes
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+            db.executescript(SCHEMA)
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _mark_interrupted(self) -> int:
+        with self._db:
+            cursor = self._db.execute("UPDATE messages SET finish_reason = 'interrupted', updated_at = ? "
+                                      "WHERE finish_reason IS NULL", (time.time(),))
+        return cursor.rowcount
+
+    # ---- conversations -------------------------------------------------------------------------
+
+    def save_conversation(self, conversation: Conversation) -> None:
+        now = time.time()
+        with self._db:
+            self._db.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET title = excluded.title, updated_at = excluded.updated_at",
+                (conversation.id, conversation.title, now, now))
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def conversations(self) -> list[Conversation]:
+        """All conversations, oldest first, with their turns."""
+        found = []
+        for row in self._db.execute("SELECT id, title FROM conversations ORDER BY created_at, rowid"):
+            conversation = Conversation(title=row["title"], id=row["id"])
+            for message in self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY position",
+                                            (row["id"],)):
+                conversation.turns.append(Turn(
+                    user=message["user_text"], thinking=message["thinking_text"], answer=message["answer_text"],
+                    finish_reason=message["finish_reason"], thinking_tokens=message["thinking_tokens"],
+                    answer_tokens=message["answer_tokens"], ttft_s=message["ttft_s"], answer_tok_s=message["tok_s"],
+                    message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"]))
+            found.append(conversation)
+        return found
+
+    # ---- replies -------------------------------------------------------------------------------
+
+    def start_turn(self, conversation: Conversation, turn: Turn) -> int:
+        """Insert (or reset, for Regenerate) the row of the conversation's last turn."""
+        now = time.time()
+        position = len(conversation.turns) - 1
+        self.save_conversation(conversation)
+        with self._db:
+            self._db.execute(
+                "INSERT INTO messages (conversation_id, position, user_text, model, kv_cache_dtype, created_at, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(conversation_id, position) DO UPDATE SET "
+                "user_text = excluded.user_text, thinking_text = '', answer_text = '', model = excluded.model, "
+                "kv_cache_dtype = excluded.kv_cache_dtype, thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, "
+                "tok_s = 0, finish_reason = NULL, updated_at = excluded.updated_at",
+                (conversation.id, position, turn.user, turn.model, turn.kv_cache_dtype, now, now))
+            message_id = self._db.execute("SELECT id FROM messages WHERE conversation_id = ? AND position = ?",
+                                          (conversation.id, position)).fetchone()[0]
+        turn.message_id = message_id
+        return int(message_id)
+
+    def save_partial(self, turn: Turn, thinking: str, answer: str) -> None:
+        if turn.message_id is None:
+            return
+        with self._db:
+            self._db.execute("UPDATE messages SET thinking_text = ?, answer_text = ?, updated_at = ? WHERE id = ?",
+                             (thinking, answer, time.time(), turn.message_id))
+
+    def finish_turn(self, turn: Turn) -> None:
+        if turn.message_id is None:
+            return
+        with self._db:
+            self._db.execute(
+                "UPDATE messages SET thinking_text = ?, answer_text = ?, thinking_tokens = ?, answer_tokens = ?, "
+                "ttft_s = ?, tok_s = ?, finish_reason = ?, updated_at = ? WHERE id = ?",
+                (turn.thinking, turn.answer, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s, turn.answer_tok_s,
+                 turn.finish_reason or "stop", time.time(), turn.message_id))
+
+    def message_row(self, message_id: int) -> dict[str, Any]:
+        row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        return dict(row) if row else {}
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+def export_markdown(conversation: Conversation) -> str:
+    lines = [f"# {conversation.title}", ""]
+    for turn in conversation.turns:
+        lines += ["## You", "", turn.user, ""]
+        if turn.thinking:
+            lines += ["<details><summary>Thinking</summary>", "", turn.thinking.strip(), "", "</details>", ""]
+        note = "" if turn.finish_reason in (None, "stop") else f" ({turn.finish_reason})"
+        lines += [f"## Nalar{note}", "", turn.answer, ""]
+    return "\n".join(lines)
+
+
+def export_json(conversation: Conversation) -> str:
+    return json.dumps({
+        "id": conversation.id, "title": conversation.title,
+        "messages": [{"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
+                      "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "thinking_tokens": t.thinking_tokens,
+                      "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s, "tok_s": t.answer_tok_s}
+                     for t in conversation.turns]}, indent=2, ensure_ascii=False)
