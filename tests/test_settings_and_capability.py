@@ -110,3 +110,9 @@ def test_model_path_problems_name_the_path(tmp_path) -> None:
     with pytest.raises(EngineFailure, match="broken"):
         check_model_path(str(empty))
     assert check_model_path("Qwen/Qwen3-8B") is None  # a hub id is not a local path
+
+
+def test_fp8_is_recommended_only_where_it_runs() -> None:
+    assert capability.recommended_kv_dtype(SAPPHIRE_RAPIDS) == "fp8_e4m3"
+    assert capability.recommended_kv_dtype(NO_AVX512) == "auto"
+    assert capability.recommended_kv_dtype(gpu((8, 9), "NVIDIA GeForce RTX 4090")) == "fp8_e4m3"

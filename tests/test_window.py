@@ -195,3 +195,21 @@ def test_memory_gauge_says_which_memory_it_shows(qtbot, make_window) -> None:
 def test_settings_notice_is_shown(qtbot, make_window) -> None:
     window = make_window(ScriptedEngineDouble(), notice="Your settings file could not be read.")
     assert window.banner.isVisible() and "could not be read" in window.banner.text()
+
+
+def test_trimmed_context_is_announced(qtbot, make_window) -> None:
+    window = make_window(ScriptedEngineDouble([Script(["<think>t</think>a"], trimmed_messages=4)]))
+    wait_ready(qtbot, window)
+    send(qtbot, window)
+    assert window.notice_label.isVisible()
+    assert "oldest 4 message(s) were left out" in window.notice_label.text()
+
+
+def test_a_too_long_message_is_a_clear_error(qtbot, make_window) -> None:
+    failure = EngineFailure(FailureKind.PROMPT_TOO_LONG, "The message is 9,000 tokens; the context holds 2,048.",
+                            "Shorten the message, or raise the context length in Settings.")
+    window = make_window(ScriptedEngineDouble([Script(["never shown"], fail_after=0, failure=failure)]))
+    wait_ready(qtbot, window)
+    assert send(qtbot, window).reason == "error"
+    assert "9,000 tokens" in window.banner.text() and "raise the context length" in window.banner.text()
+    assert window.send_button.isEnabled()

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message
@@ -172,6 +174,7 @@ class EngineHost(EngineBase):
         self.ready: EngineReady | None = None
         self.kv = KvStats()
         self.engine_log = vllm_logging.engine_log_path()
+        self._engine_processes: list[tuple[int, float]] = []  # (pid, start time) of this engine's processes
         self._live: dict[str, str] = {}  # our request id → vLLM's current request id
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
@@ -242,6 +245,7 @@ class EngineHost(EngineBase):
         self._status("loading", "loading model… (this takes a while)", 0.2)
         log_offset = vllm_logging.log_size(engine_log)
         self.kv = KvStats()
+        children_before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
             # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
             # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
@@ -252,6 +256,8 @@ class EngineHost(EngineBase):
             raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
 
         self.config = config
+        self._engine_processes = [(p.pid, p.create_time()) for p in psutil.Process().children(recursive=True)
+                                  if p.pid not in children_before]
         record_engine_processes()
         self._tokenizer = self._engine.get_tokenizer()
         model_type = None
@@ -283,6 +289,24 @@ class EngineHost(EngineBase):
         gc.collect()  # drop AsyncLLM now; its __del__ at interpreter exit would shut down again
         record_engine_processes()  # what is left (nothing, or multiprocessing's resource tracker)
         self._status("stopped", "engine stopped")
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Shut down; if vLLM's shutdown didn't finish in time, end its processes ourselves."""
+        super().close(timeout)
+        leftover = []
+        for pid, created in self._engine_processes:
+            try:
+                proc = psutil.Process(pid)
+                if proc.create_time() == created:
+                    leftover.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        if leftover:
+            log.warning("engine shutdown left %d process(es); ending them", len(leftover))
+            for proc in leftover:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(leftover, timeout=5)
 
     @property
     def is_ready(self) -> bool:

@@ -19,6 +19,7 @@ from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
     AnswerDelta,
+    ContextTrimmed,
     EngineErrorEvent,
     EngineEvent,
     EngineReady,
@@ -41,6 +42,7 @@ class Script:
         FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
         "Restart the engine; the partial answer is kept."))
     prompt_opened_think: bool = False
+    trimmed_messages: int = 0  # announce that the oldest messages were left out, as EngineHost does
 
 
 class ScriptedEngineDouble(EngineBase):
@@ -96,6 +98,8 @@ class ScriptedEngineDouble(EngineBase):
             yield Finished(rid, "error", "", "")
             return
         script = self.scripts.pop(0) if self.scripts else Script(["<think>scripted thought</think>", "scripted answer"])
+        if script.trimmed_messages:
+            yield ContextTrimmed(rid, script.trimmed_messages)
         splitter = ThinkTagSplitter(prompt_opened_think=script.prompt_opened_think)
         interval = 1.0 / script.tokens_per_second
         started = time.perf_counter()

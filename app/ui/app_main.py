@@ -13,7 +13,7 @@ import qasync
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app.core.settings import load_settings
+from app.core.settings import load_settings, save_settings, settings_path
 from app.engine.base import EngineBase
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,14 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
     app = QApplication.instance() or QApplication(argv)
     app.setApplicationName("Nalar")
     app.setDesktopFileName("nalar")
+    first_run = not settings_path().exists()
     settings, notice = load_settings()
+    if first_run:
+        # The KV dtype defaults to fp8 where this machine supports it; saved so Settings shows it.
+        from app.engine.capability import probe_hardware, recommended_kv_dtype
+
+        settings.engine = settings.engine.model_copy(update={"kv_cache_dtype": recommended_kv_dtype(probe_hardware())})
+        save_settings(settings)
     if engine is None:
         from app.engine.host import EngineHost
 
