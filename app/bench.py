@@ -75,7 +75,9 @@ async def _raw_run(host: Any, tokens: int, index: int, messages: list[dict[str, 
             continue  # the first token ends the prefill; rate counts the decode after it
         count += n
         last = now
-    return count / (last - (called if include_prefill else first))
+    assert first is not None or include_prefill
+    assert last is not None, "the engine produced no tokens"
+    return count / (last - (called if include_prefill else first))  # type: ignore[operator]
 
 
 async def _layer_run(host: Any, tokens: int, index: int) -> float:
@@ -93,6 +95,7 @@ async def _layer_run(host: Any, tokens: int, index: int) -> float:
         elif isinstance(event, Finished):
             assert event.metrics is not None
             total = event.metrics.answer_tokens
+    assert first is not None and last is not None, "the engine layer produced no answer"
     return (total - 1) / (last - first)
 
 

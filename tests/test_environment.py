@@ -59,3 +59,13 @@ def test_qt_signals_survive_many_emits() -> None:
             "print(len(got))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "300000", result.stderr[-500:]
+
+
+def test_ruff_and_mypy_pass_on_the_package() -> None:
+    root = APP.parent
+    lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "F,E,W,I", "app", "tests"], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert lint.returncode == 0, lint.stdout[-3000:]
+    types = subprocess.run([sys.executable, "-m", "mypy", "app"], cwd=root, capture_output=True, text=True,
+                           timeout=600)
+    assert types.returncode == 0, types.stdout[-3000:]

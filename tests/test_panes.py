@@ -32,7 +32,7 @@ def test_answer_pane_streaming_render_matches_whole_render(qtbot, cuts: list[int
     bounds = [0, *sorted(cuts), len(MARKDOWN)]
     for start, end in zip(bounds, bounds[1:]):
         pane.append(MARKDOWN[start:end])
-        pane.render()  # a refresh between every chunk: the worst case for incremental rendering
+        pane.render_markdown()  # a refresh between every chunk: the worst case for incremental rendering
     assert pane.text() == MARKDOWN
     assert pane.view.toPlainText().split() == whole_render(MARKDOWN).split()
     assert "```" not in pane.view.toPlainText() and "**" not in pane.view.toPlainText()

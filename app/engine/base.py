@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 from app.core.settings import EngineConfig, SamplingConfig
@@ -32,7 +32,7 @@ class EngineBase:
         raise NotImplementedError
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                 request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncIterator[EngineEvent]:
+                 request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
         raise NotImplementedError
 
     async def abort(self, request_id: str) -> None:

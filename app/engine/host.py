@@ -16,7 +16,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -355,7 +355,7 @@ class EngineHost(EngineBase):
         return ids, dropped
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncIterator[EngineEvent]:
+                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
         """Stream one reply: thinking and answer deltas, metrics, then exactly one Finished.
 
         ``ignore_eos`` is for benchmarks that need a fixed number of tokens.
@@ -376,7 +376,7 @@ class EngineHost(EngineBase):
             self._aborted.discard(rid)
 
     async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str,
-                        ignore_eos: bool) -> AsyncIterator[EngineEvent]:
+                        ignore_eos: bool) -> AsyncGenerator[EngineEvent, None]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
@@ -401,6 +401,8 @@ class EngineHost(EngineBase):
         last_metrics = 0.0
         finish: FinishReason = "stop"
 
+        ready = self.ready  # kept: a shutdown mid-reply clears self.ready
+
         def metrics(phase: str) -> Metrics:
             return Metrics(
                 rid, "thinking" if phase == "thinking" else "answer",
@@ -408,11 +410,11 @@ class EngineHost(EngineBase):
                 rates["thinking"].tok_s, rates["answer"].tok_s,
                 rates["thinking"].ms_per_token, rates["answer"].ms_per_token,
                 None if first_token_at is None else first_token_at - started,
-                len(prompt_ids), len(prompt_ids) + len(generated_ids), self.ready.max_model_len,
-                self.kv.usage, self.ready.kv_capacity_tokens, self.kv.running, self.kv.waiting)
+                len(prompt_ids), len(prompt_ids) + len(generated_ids), ready.max_model_len,
+                self.kv.usage, ready.kv_capacity_tokens, self.kv.running, self.kv.waiting)
 
         def room(ids_len: int) -> int:
-            return max(1, self.ready.max_model_len - ids_len)
+            return max(1, ready.max_model_len - ids_len)
 
         # Phase 1: one request that thinks (if on) and may go on to answer by itself.
         # Phase 2, only if phase 1 ended inside the think block: close it and ask for the answer.

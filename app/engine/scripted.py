@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 from app.core.settings import EngineConfig, SamplingConfig
@@ -89,7 +89,7 @@ class ScriptedEngineDouble(EngineBase):
         self.loop_thread.call_soon(self._answer_now.add, request_id)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncIterator[EngineEvent]:
+                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
         rid = request_id or uuid.uuid4().hex[:12]
         self.requests.append(list(messages))
         if self.ready is None:

@@ -23,8 +23,8 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
             report_startup: bool = False) -> int:
     """Run the window until it closes. vllm and torch are imported only after it is shown."""
     app = QApplication.instance() or QApplication(argv)
-    app.setApplicationName("Nalar")
-    app.setDesktopFileName("nalar")
+    QApplication.setApplicationName("Nalar")
+    QApplication.setDesktopFileName("nalar")
     first_run = not settings_path().exists()
     settings, notice = load_settings()
     if first_run:

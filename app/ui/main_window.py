@@ -164,11 +164,11 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
-        new_action = QAction("&New conversation", self, shortcut=QKeySequence.StandardKey.New)
+        new_action = QAction("&New conversation", self, shortcut=QKeySequence(QKeySequence.StandardKey.New))
         new_action.triggered.connect(self.new_conversation)
-        quit_action = QAction("&Quit", self, shortcut=QKeySequence.StandardKey.Quit)
+        quit_action = QAction("&Quit", self, shortcut=QKeySequence(QKeySequence.StandardKey.Quit))
         quit_action.triggered.connect(self.close)
-        settings_action = QAction("&Settings…", self, shortcut=QKeySequence.StandardKey.Preferences)
+        settings_action = QAction("&Settings…", self, shortcut=QKeySequence(QKeySequence.StandardKey.Preferences))
         settings_action.triggered.connect(self.open_settings)
         export_md = QAction("Export conversation as &Markdown…", self)
         export_md.triggered.connect(lambda: self.export_conversation("md"))
@@ -361,7 +361,7 @@ class MainWindow(QMainWindow):
             self.thinking_pane.append(last.thinking)
             self.thinking_pane.set_tokens(last.thinking_tokens)
             self.answer_pane.append(last.answer)
-            self.answer_pane.render()
+            self.answer_pane.render_markdown()
             self.thinking_pane.set_folded(bool(last.answer))
             if last.finish_reason == "interrupted":
                 self.show_notice("This reply was interrupted: Nalar closed while it streamed. "
@@ -475,7 +475,7 @@ class MainWindow(QMainWindow):
             return
         self.current_request = None
         self.thinking_pane.end()
-        self.answer_pane.render()
+        self.answer_pane.render_markdown()
         turn = self.conversation.turns[-1]
         turn.thinking, turn.answer, turn.finish_reason = finished.thinking_text, finished.answer_text, finished.reason
         if finished.metrics is not None:

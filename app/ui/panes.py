@@ -38,7 +38,9 @@ class ThinkingPane(QFrame):
         self.header = QLabel("Thinking")
         self.header.setObjectName("ThinkingHeader")
         self.header.setWordWrap(True)
-        self.toggle = QToolButton(text="Hide", checkable=True)
+        self.toggle = QToolButton()
+        self.toggle.setText("Hide")
+        self.toggle.setCheckable(True)
         self.toggle.setToolTip("Fold or unfold the thinking trace")
         self.toggle.toggled.connect(self._on_toggled)
         self.view = QPlainTextEdit(readOnly=True)
@@ -155,7 +157,7 @@ class AnswerPane(QFrame):
         self._dirty = False
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(MARKDOWN_REFRESH_MS)
-        self._render_timer.timeout.connect(self.render)
+        self._render_timer.timeout.connect(self.render_markdown)
 
     def clear(self) -> None:
         self._text.clear()
@@ -200,7 +202,7 @@ class AnswerPane(QFrame):
         cursor.insertMarkdown(markdown)
         cursor.movePosition(QTextCursor.MoveOperation.End)
 
-    def render(self) -> None:
+    def render_markdown(self) -> None:
         if not self._dirty:
             self._render_timer.stop()
             return
@@ -256,7 +258,8 @@ class ErrorBanner(QFrame):
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.action = QPushButton()
         self.action.clicked.connect(self.action_clicked)
-        self.dismiss = QToolButton(text="✕")
+        self.dismiss = QToolButton()
+        self.dismiss.setText("✕")
         self.dismiss.setToolTip("Dismiss")
         self.dismiss.clicked.connect(self.hide)
         layout = QHBoxLayout(self)

@@ -170,6 +170,7 @@ class SettingsDialog(QDialog):
         editor.setObjectName(f"{section}.{name}")
         self.editors[(section, name)] = editor
         if name == "trust_remote_code":
+            assert isinstance(editor, QCheckBox)
             editor.toggled.connect(self._confirm_remote_code)
         return editor
 
@@ -233,7 +234,7 @@ class SettingsDialog(QDialog):
             item.setToolTip(reason or "")
             if reason:
                 reasons.append(f"{dtype}: {reason}")
-        if not combo.model().item(combo.currentIndex()).isEnabled():
+        if not model.item(combo.currentIndex()).isEnabled():
             combo.setCurrentIndex(combo.findData("auto"))
         on_gpu = self.probe.engine_kind == "cuda"
         self.editors[("engine", "gpu_memory_utilization")].setEnabled(on_gpu)

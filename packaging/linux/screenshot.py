@@ -46,7 +46,7 @@ def main(out: Path) -> int:
             win.regenerate()  # the reply ended before the answer got long enough: try again
         elif win.streaming and len(win.answer_pane.text()) > 80:
             win.thinking_pane.set_folded(False)
-            win.answer_pane.render()
+            win.answer_pane.render_markdown()
             app.processEvents()
             screen = app.primaryScreen().grabWindow(0)  # the X server's pixels, not a widget render
             screen.copy(win.frameGeometry()).save(str(out))
