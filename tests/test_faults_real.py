@@ -18,9 +18,9 @@ import pytest
 
 from app.core import paths
 from app.core.history import HistoryStore, history_path
-from app.core.settings import EngineConfig, SamplingConfig, Settings, save_settings
+from app.core.settings import EngineConfig, SamplingConfig, Settings, load_settings, save_settings
 from app.engine.host import EngineHost
-from app.engine.orphans import owner_tag, records_dir
+from app.engine.orphans import owner_tag, records_dir, same_process
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
 
@@ -53,14 +53,7 @@ def engine_core(before: set[int]) -> psutil.Process:
 
 def still_alive(processes: list[tuple[int, float]], timeout: float = 15) -> list[int]:
     """Which of these (pid, start time) processes still run after ``timeout``; a reused pid doesn't count."""
-    alive = []
-    for pid, created in processes:
-        try:
-            proc = psutil.Process(pid)
-            if proc.create_time() == created:
-                alive.append(proc)
-        except psutil.NoSuchProcess:
-            continue
+    alive = [proc for pid, created in processes if (proc := same_process(pid, created))]
     _, alive = psutil.wait_procs(alive, timeout=timeout)
     return [p.pid for p in alive]
 
@@ -80,6 +73,7 @@ def test_no_memory_retry_engine_killed_restart_and_close_mid_reply(qtbot, make_w
     window.banner.action.click()
     qtbot.waitUntil(window.send_button.isEnabled, timeout=300_000)
     assert window.settings.engine.max_model_len == 4096
+    assert load_settings()[0].engine.max_model_len == 4096, "the accepted fix is saved"
 
     # 2. EngineCore killed mid-reply: the UI says so, keeps the partial reply, and restarts.
     secret = "zebra-cobalt-7319"

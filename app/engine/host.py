@@ -38,7 +38,7 @@ from app.engine.events import (
     Metrics,
     ThinkingDelta,
 )
-from app.engine.orphans import OWNER_ENV, end_orphans, owner_tag, record_engine_processes
+from app.engine.orphans import OWNER_ENV, end_orphans, owner_tag, record_engine_processes, same_process
 from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, make_splitter, reasoning_parser_name
 
 log = logging.getLogger(__name__)
@@ -293,14 +293,7 @@ class EngineHost(EngineBase):
     def close(self, timeout: float = 30.0) -> None:
         """Shut down; if vLLM's shutdown didn't finish in time, end its processes ourselves."""
         super().close(timeout)
-        leftover = []
-        for pid, created in self._engine_processes:
-            try:
-                proc = psutil.Process(pid)
-                if proc.create_time() == created:
-                    leftover.append(proc)
-            except psutil.NoSuchProcess:
-                continue
+        leftover = [proc for pid, created in self._engine_processes if (proc := same_process(pid, created))]
         if leftover:
             log.warning("engine shutdown left %d process(es); ending them", len(leftover))
             for proc in leftover:

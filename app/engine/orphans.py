@@ -73,7 +73,8 @@ def record_engine_processes() -> int:
     return len(children)
 
 
-def _same_process(pid: int, create_time: float) -> psutil.Process | None:
+def same_process(pid: int, create_time: float) -> psutil.Process | None:
+    """The process with this pid, if it is still the one that started at ``create_time``."""
     try:
         proc = psutil.Process(pid)
         return proc if round(proc.create_time(), 2) == round(create_time, 2) else None
@@ -110,7 +111,7 @@ def find_orphans() -> tuple[list[psutil.Process], list[Path]]:
             continue
         stale_records.append(record)
         for entry in data.get("processes", []):
-            proc = _same_process(int(entry["pid"]), float(entry["create_time"]))
+            proc = same_process(int(entry["pid"]), float(entry["create_time"]))
             if proc is not None:
                 orphans[proc.pid] = proc
     for proc in tagged_processes():

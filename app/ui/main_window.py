@@ -91,6 +91,7 @@ class MainWindow(QMainWindow):
         self._health_timer.timeout.connect(self.check_engine_health)
         self._health_timer.start()
         self._death_reported = False
+        self._pending_fallback: dict[str, object] = {}  # the setting the banner's retry button applies
 
         self._build_widgets()
         self._build_menus()
@@ -300,10 +301,10 @@ class MainWindow(QMainWindow):
         self.banner.show_problem(failure.message, failure.fix, action)
 
     def on_banner_action(self) -> None:
-        fallback = getattr(self, "_pending_fallback", {}) or {}
-        if fallback:
-            engine = self.settings.engine.model_copy(update=fallback)
-            self.settings.engine = engine
+        if self._pending_fallback:
+            # The user accepted the suggested setting: keep it, as if chosen in Settings.
+            self.settings.engine = self.settings.engine.model_copy(update=self._pending_fallback)
+            save_settings(self.settings)
         self.start_engine()
 
     # ---- conversation ----------------------------------------------------------------------
