@@ -10,7 +10,7 @@ import psutil
 
 from app.engine.orphans import OWNER_ENV, end_orphans, find_orphans, owner_tag
 
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)"]
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)"]  # ok-sleep: the child idles, the test doesn't wait
 
 
 def spawn(tag: str | None, argv0: str | None = None) -> subprocess.Popen:

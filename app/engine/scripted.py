@@ -28,7 +28,7 @@ from app.engine.events import (
     Metrics,
     ThinkingDelta,
 )
-from app.engine.reasoning import ThinkTagSplitter
+from app.engine.reasoning import Split, ThinkTagSplitter
 
 
 @dataclass
@@ -139,23 +139,25 @@ class ScriptedEngineDouble(EngineBase):
                 await asyncio.sleep(0)  # a very fast script still lets abort in
             phase = "thinking" if splitter.in_thinking else "answer"
             counts[phase] += 1
-            part = splitter.feed(delta)
-            if part.thinking:
-                thinking.append(part.thinking)
-                yield ThinkingDelta(rid, part.thinking)
-            if part.answer:
-                answer.append(part.answer)
-                yield AnswerDelta(rid, part.answer)
+            for event in _delta_events(rid, splitter.feed(delta), thinking, answer):
+                yield event
             if index % 16 == 0:
                 yield metrics()
-        tail = splitter.flush()
-        if tail.thinking:
-            thinking.append(tail.thinking)
-            yield ThinkingDelta(rid, tail.thinking)
-        if tail.answer:
-            answer.append(tail.answer)
-            yield AnswerDelta(rid, tail.answer)
+        for event in _delta_events(rid, splitter.flush(), thinking, answer):
+            yield event
         self._aborted.discard(rid)
         final = metrics()
         yield final
         yield Finished(rid, reason, "".join(thinking), "".join(answer), final)
+
+
+def _delta_events(rid: str, part: Split, thinking: list[str], answer: list[str]) -> list[EngineEvent]:
+    """Events for one split delta, recording the text as it goes out."""
+    events: list[EngineEvent] = []
+    if part.thinking:
+        thinking.append(part.thinking)
+        events.append(ThinkingDelta(rid, part.thinking))
+    if part.answer:
+        answer.append(part.answer)
+        events.append(AnswerDelta(rid, part.answer))
+    return events
