@@ -28,7 +28,6 @@ from app.engine import capability, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
-    AnswerDelta,
     ContextTrimmed,
     EngineErrorEvent,
     EngineEvent,
@@ -36,10 +35,9 @@ from app.engine.events import (
     Finished,
     FinishReason,
     Metrics,
-    ThinkingDelta,
 )
 from app.engine.orphans import OWNER_ENV, end_orphans, owner_tag, record_engine_processes, same_process
-from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, make_splitter, reasoning_parser_name
+from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, ReplyTexts, Split, make_splitter, reasoning_parser_name
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +387,7 @@ class EngineHost(EngineBase):
         started = time.perf_counter()
         first_token_at: float | None = None
         rates = {"thinking": _PhaseRate(), "answer": _PhaseRate()}
-        texts: dict[str, list[str]] = {"thinking": [], "answer": []}
+        texts = ReplyTexts()
         generated_ids: list[int] = []
         last_metrics = 0.0
         finish: FinishReason = "stop"
@@ -437,21 +435,10 @@ class EngineHost(EngineBase):
                         generated_ids.extend(delta_ids)
                         phase = "thinking" if (name == "think" and splitter.in_thinking) else "answer"
                         rates[phase].add(now, len(delta_ids))
-                        if name == "think":
-                            part = splitter.feed(completion.text, delta_ids)
-                            thinking, answer = part.thinking, part.answer
-                        else:
-                            thinking, answer = "", completion.text
-                        if thinking and not texts["thinking"]:
-                            thinking = thinking.lstrip()  # the trace opens with the newline after <think>
-                        if thinking:
-                            texts["thinking"].append(thinking)
-                            yield ThinkingDelta(rid, thinking)
-                        if answer and not texts["answer"]:
-                            answer = answer.lstrip()  # the answer phase often opens with blank lines
-                        if answer:
-                            texts["answer"].append(answer)
-                            yield AnswerDelta(rid, answer)
+                        part = splitter.feed(completion.text, delta_ids) if name == "think" \
+                            else Split("", completion.text)
+                        for event in texts.take(rid, part):
+                            yield event
                         if now - last_metrics >= METRICS_INTERVAL_S:
                             last_metrics = now
                             yield metrics(phase)
@@ -467,13 +454,8 @@ class EngineHost(EngineBase):
                             forced_close = True
                             break
                 if name == "think":
-                    tail = splitter.flush()
-                    if tail.thinking:
-                        texts["thinking"].append(tail.thinking)
-                        yield ThinkingDelta(rid, tail.thinking)
-                    if tail.answer:
-                        texts["answer"].append(tail.answer)
-                        yield AnswerDelta(rid, tail.answer)
+                    for event in texts.take(rid, splitter.flush()):
+                        yield event
                     if finish != "abort" and thinking_on and (forced_close or splitter.in_thinking):
                         close_ids = list(self._tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
                         answer_prompt = prompt_ids + generated_ids + close_ids
@@ -482,7 +464,7 @@ class EngineHost(EngineBase):
                         else:
                             finish = "length"
         except asyncio.CancelledError:
-            yield Finished(rid, "abort", "".join(texts["thinking"]), "".join(texts["answer"]), metrics("answer"))
+            yield Finished(rid, "abort", texts.thinking_text, texts.answer_text, metrics("answer"))
             raise
         except Exception as exc:  # keep the partial reply: the user sees what arrived
             if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
@@ -493,8 +475,8 @@ class EngineHost(EngineBase):
                 failure = EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
                                         f"Try again; details are in {vllm_logging.engine_log_path()}.")
             yield EngineErrorEvent(rid, failure)
-            yield Finished(rid, "error", "".join(texts["thinking"]), "".join(texts["answer"]), metrics("answer"))
+            yield Finished(rid, "error", texts.thinking_text, texts.answer_text, metrics("answer"))
             return
         yield metrics("answer")
-        yield Finished(rid, finish, "".join(texts["thinking"]), "".join(texts["answer"]), metrics("answer"))
+        yield Finished(rid, finish, texts.thinking_text, texts.answer_text, metrics("answer"))
 

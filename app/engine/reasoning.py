@@ -12,8 +12,10 @@ Two implementations with one interface (``feed`` → ``Split``):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from app.engine.events import AnswerDelta, EngineEvent, ThinkingDelta
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -23,6 +25,36 @@ THINK_CLOSE = "</think>"
 class Split:
     thinking: str = ""
     answer: str = ""
+
+
+@dataclass
+class ReplyTexts:
+    """A reply's two texts as they stream out. Each pane's leading whitespace is dropped: it is
+    the newline after ``<think>`` or the blank lines an answer phase opens with."""
+
+    thinking: list[str] = field(default_factory=list)
+    answer: list[str] = field(default_factory=list)
+
+    def take(self, request_id: str, part: Split) -> list[EngineEvent]:
+        """Record a split delta; return the events that carry it to the UI."""
+        events: list[EngineEvent] = []
+        thinking = part.thinking if self.thinking else part.thinking.lstrip()
+        if thinking:
+            self.thinking.append(thinking)
+            events.append(ThinkingDelta(request_id, thinking))
+        answer = part.answer if self.answer else part.answer.lstrip()
+        if answer:
+            self.answer.append(answer)
+            events.append(AnswerDelta(request_id, answer))
+        return events
+
+    @property
+    def thinking_text(self) -> str:
+        return "".join(self.thinking)
+
+    @property
+    def answer_text(self) -> str:
+        return "".join(self.answer)
 
 
 class ReasoningSplitter(Protocol):

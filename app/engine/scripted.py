@@ -18,7 +18,6 @@ from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
-    AnswerDelta,
     ContextTrimmed,
     EngineErrorEvent,
     EngineEvent,
@@ -26,9 +25,8 @@ from app.engine.events import (
     Finished,
     FinishReason,
     Metrics,
-    ThinkingDelta,
 )
-from app.engine.reasoning import Split, ThinkTagSplitter
+from app.engine.reasoning import ReplyTexts, ThinkTagSplitter
 
 
 @dataclass
@@ -103,8 +101,7 @@ class ScriptedEngineDouble(EngineBase):
         splitter = ThinkTagSplitter(prompt_opened_think=script.prompt_opened_think)
         interval = 1.0 / script.tokens_per_second
         started = time.perf_counter()
-        thinking: list[str] = []
-        answer: list[str] = []
+        texts = ReplyTexts()
         counts = {"thinking": 0, "answer": 0}
         prompt_tokens = sum(len(m["content"].split()) for m in messages)
 
@@ -126,7 +123,7 @@ class ScriptedEngineDouble(EngineBase):
                 break
             if script.fail_after is not None and index >= script.fail_after:
                 yield EngineErrorEvent(rid, script.failure)
-                yield Finished(rid, "error", "".join(thinking), "".join(answer), metrics())
+                yield Finished(rid, "error", texts.thinking_text, texts.answer_text, metrics())
                 return
             if rid in self._answer_now and splitter.in_thinking:
                 splitter.feed("</think>")
@@ -139,25 +136,14 @@ class ScriptedEngineDouble(EngineBase):
                 await asyncio.sleep(0)  # a very fast script still lets abort in
             phase = "thinking" if splitter.in_thinking else "answer"
             counts[phase] += 1
-            for event in _delta_events(rid, splitter.feed(delta), thinking, answer):
+            for event in texts.take(rid, splitter.feed(delta)):
                 yield event
             if index % 16 == 0:
                 yield metrics()
-        for event in _delta_events(rid, splitter.flush(), thinking, answer):
+        for event in texts.take(rid, splitter.flush()):
             yield event
         self._aborted.discard(rid)
         final = metrics()
         yield final
-        yield Finished(rid, reason, "".join(thinking), "".join(answer), final)
+        yield Finished(rid, reason, texts.thinking_text, texts.answer_text, final)
 
-
-def _delta_events(rid: str, part: Split, thinking: list[str], answer: list[str]) -> list[EngineEvent]:
-    """Events for one split delta, recording the text as it goes out."""
-    events: list[EngineEvent] = []
-    if part.thinking:
-        thinking.append(part.thinking)
-        events.append(ThinkingDelta(rid, part.thinking))
-    if part.answer:
-        answer.append(part.answer)
-        events.append(AnswerDelta(rid, part.answer))
-    return events
