@@ -69,3 +69,12 @@ def test_ruff_and_mypy_pass_on_the_package() -> None:
     types = subprocess.run([sys.executable, "-m", "mypy", "app"], cwd=root, capture_output=True, text=True,
                            timeout=600)
     assert types.returncode == 0, types.stdout[-3000:]
+
+
+def test_the_app_icon_renders(qapp) -> None:
+    from PySide6.QtGui import QIcon
+
+    from app.ui.app_main import ICON
+
+    icon = QIcon(str(ICON))
+    assert ICON.is_file() and not icon.isNull() and not icon.pixmap(64, 64).isNull()
