@@ -6,12 +6,12 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
+from app.core.conversation import Message
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.events import EngineEvent, EngineReady, Finished, StatusChanged
 from app.engine.loop_thread import EngineLoopThread
 
 EventSink = Callable[[EngineEvent], None]
-Message = dict[str, str]
 
 
 class EngineBase:

@@ -45,8 +45,6 @@ REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step insi
                            "</think>, then give a short, clear answer.")
 FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
 METRICS_INTERVAL_S = 0.1
-# vLLM's dtype names for ours; "fp8_e4m3" is spelled out so CUDA and CPU agree.
-VLLM_KV_DTYPE = {"auto": "auto", "bfloat16": "bfloat16", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 
 
 
@@ -226,7 +224,7 @@ class EngineHost(EngineBase):
         on_cpu = probe.engine_kind == "cpu"
         kwargs: dict[str, Any] = dict(
             model=model,
-            kv_cache_dtype=VLLM_KV_DTYPE[config.kv_cache_dtype],
+            kv_cache_dtype=config.kv_cache_dtype,  # our names are vLLM's ("fp8_e4m3", not the alias "fp8")
             max_model_len=config.max_model_len,
             enable_prefix_caching=config.enable_prefix_caching,
             enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,

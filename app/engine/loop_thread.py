@@ -48,9 +48,6 @@ class EngineLoopThread:
     def call_soon(self, callback: Any, *args: Any) -> None:
         self.loop.call_soon_threadsafe(callback, *args)
 
-    def in_engine_thread(self) -> bool:
-        return threading.current_thread() is self.thread
-
     def stop(self, timeout: float = 10.0) -> None:
         if self.thread.is_alive():
             self.loop.call_soon_threadsafe(self.loop.stop)

@@ -74,10 +74,8 @@ class ThinkingPane(QFrame):
     def append(self, text: str) -> None:
         if self._started is None:
             self._started = time.monotonic()
-        if not self._text:
-            text = text.lstrip("\n")  # the trace conventionally starts with a newline after <think>
-            if not text:
-                return
+        if not text:
+            return
         self._text.append(text)
         cursor = self.view.textCursor()
         cursor.movePosition(QTextCursor.MoveOperation.End)

@@ -52,13 +52,9 @@ def _label(name: str) -> str:
     return LABELS.get(name, name.replace("_", " ").capitalize())
 
 
-def _bounds(field: Any) -> tuple[float | None, float | None]:
-    low = high = None
-    for meta in field.metadata:
-        low = getattr(meta, "ge", None) if getattr(meta, "ge", None) is not None else low
-        low = getattr(meta, "gt", None) if getattr(meta, "gt", None) is not None else low
-        high = getattr(meta, "le", None) if getattr(meta, "le", None) is not None else high
-    return low, high
+def _upper_bound(field: Any) -> float | None:
+    """The field's ``le`` limit, from pydantic's metadata."""
+    return next((meta.le for meta in field.metadata if getattr(meta, "le", None) is not None), None)
 
 
 def model_max_len(model: str) -> int | None:
@@ -151,14 +147,14 @@ class SettingsDialog(QDialog):
             editor.currentIndexChanged.connect(self.revalidate)
         elif annotation is int:
             editor = QSpinBox()
-            low, high = _bounds(field)
+            high = _upper_bound(field)
             # The spin box itself allows a wider range, so a bad value gets an inline reason.
             editor.setRange(0, int(high or 10**9) * 4)
             editor.setValue(int(value))
             editor.valueChanged.connect(self.revalidate)
         elif annotation is float:
             editor = QDoubleSpinBox()
-            low, high = _bounds(field)
+            high = _upper_bound(field)
             editor.setDecimals(2)
             editor.setSingleStep(0.05)
             editor.setRange(0.0, float(high or 1000) * 4)
