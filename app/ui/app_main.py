@@ -8,18 +8,18 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import qasync
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QWidget
 
+from app.core.paths import resources_dir
 from app.core.settings import load_settings, save_settings, settings_path
 from app.engine.base import EngineBase
 
 log = logging.getLogger(__name__)
-ICON = Path(__file__).resolve().parents[2] / "resources" / "nalar.svg"
+ICON = resources_dir() / "nalar.svg"
 
 
 def run_app(argv: list[str], *, process_started: float, engine: EngineBase | None = None,
