@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 
 from app.core.hub_download import PARTIAL_DIR, download_dir, is_complete
 from app.core.model_catalog import CATALOG, best, recommendations
-from app.core.settings import EngineConfig, Settings, load_settings
+from app.core.settings import EngineConfig, Settings, load_settings, settings_path
 from app.engine.capability import GpuInfo, HardwareProbe
 from app.ui.app_main import offer_welcome
 from app.ui.welcome_dialog import EMBEDDED, WelcomeDialog
@@ -147,3 +147,12 @@ def test_the_menu_opens_it_and_a_choice_is_saved_and_started(qtbot, make_window)
         dialog.choose_local_folder(require_embedded_model())
     assert window.settings.engine.model == str(require_embedded_model())
     assert load_settings()[0].engine.model == str(require_embedded_model())
+
+
+def test_first_run_closed_without_a_choice_saves_and_starts_the_embedded_model(qtbot, make_window) -> None:
+    window = make_window(start=False)  # what app_main does on a GPU machine's first run
+    assert not settings_path().exists()
+    dialog = window.open_model_chooser(first_run=True)
+    dialog.close_button.click()  # "Later"
+    qtbot.waitUntil(lambda: window.engine_ready, timeout=30_000)
+    assert settings_path().exists() and load_settings()[0].engine.model == "", "not asked again next start"
