@@ -156,3 +156,17 @@ def test_first_run_closed_without_a_choice_saves_and_starts_the_embedded_model(q
     dialog.close_button.click()  # "Later"
     qtbot.waitUntil(lambda: window.engine_ready, timeout=30_000)
     assert settings_path().exists() and load_settings()[0].engine.model == "", "not asked again next start"
+
+
+def test_closing_mid_download_stops_it_and_keeps_the_bytes_for_next_time(qtbot, hub: LocalHub) -> None:
+    probe = gpu_probe("NVIDIA GeForce RTX 4060", 8188)
+    dialog = open_dialog(qtbot, probe, check_hub=False)
+    hub.throttle_bytes_per_s = 20e6
+    dialog.use_button.click()  # the recommended 1.5B, served from the local hub
+    qtbot.waitUntil(lambda: dialog.progress.value() > 50, timeout=60_000)
+    worker = dialog._worker
+    dialog.close()
+    assert not worker.is_alive() and not dialog.isVisible()
+    assert dialog.result() == dialog.DialogCode.Rejected and dialog.engine_update == {}
+    again = WelcomeDialog(probe, check_hub=False)
+    assert "already downloaded: resumes" in again.item_for(SMALLEST).text()

@@ -76,7 +76,7 @@ class WelcomeDialog(QDialog):
         self.download_failed.connect(self._on_failed)
         self.download_cancelled.connect(self._on_cancelled)
         if check_hub and self._recommendations:
-            threading.Thread(target=lambda: self.reachability_checked.emit(check_reachable()),
+            threading.Thread(target=lambda: self._emit(self.reachability_checked, check_reachable()),
                              name="hub-reachability", daemon=True).start()
 
     # ---- building ----------------------------------------------------------------------------------
@@ -226,7 +226,7 @@ class WelcomeDialog(QDialog):
 
     def start_download(self, repo_id: str) -> None:
         self._show_error("")
-        self.download = HubDownload(repo_id, on_progress=self.download_progress.emit)
+        self.download = HubDownload(repo_id, on_progress=lambda p: self._emit(self.download_progress, p))
         self.progress.setValue(0)
         self.progress.show()
         self.progress_label.setText(f"Connecting to {self.download.endpoint}…")
@@ -238,20 +238,28 @@ class WelcomeDialog(QDialog):
                                         daemon=True)
         self._worker.start()
 
+    @staticmethod
+    def _emit(signal: Any, *args: object) -> None:
+        """From a worker thread: the dialog may have been closed and deleted meanwhile; then nobody listens."""
+        try:
+            signal.emit(*args)
+        except RuntimeError:
+            log.debug("welcome dialog gone; dropped a worker result")
+
     def _download(self, download: HubDownload) -> None:
         """On the worker thread: only signals leave it."""
         try:
             folder = download.run()
         except DownloadCancelled:
-            self.download_cancelled.emit()
+            self._emit(self.download_cancelled)
         except DownloadError as exc:
-            self.download_failed.emit(str(exc))
+            self._emit(self.download_failed, str(exc))
         except Exception as exc:  # a bug: log it, still tell the user something useful
             log.exception("download of %s failed", download.repo_id)
-            self.download_failed.emit(f"The download failed unexpectedly ({type(exc).__name__}: {exc}). "
-                                      "Retry; the log folder has the details.")
+            self._emit(self.download_failed, f"The download failed unexpectedly ({type(exc).__name__}: {exc}). "
+                       "Retry; the log folder has the details.")
         else:
-            self.download_finished.emit(folder)
+            self._emit(self.download_finished, folder)
 
     def cancel_download(self) -> None:
         if self.download is not None:
