@@ -6,8 +6,13 @@ cancel lands mid-file; the resumed run must ask only for the remainder (a Range 
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -25,6 +30,7 @@ from app.core.hub_download import (
     is_complete,
     partial_bytes,
 )
+from app.core.settings import load_settings
 from tests.conftest import require_embedded_model
 from tests.hub_server import HubRepo, LocalHub
 
@@ -121,3 +127,29 @@ def test_repo_without_safetensors_is_refused(tmp_path, hub: LocalHub) -> None:
     with LocalHub([HubRepo.from_folder("someone/pickled", folder)]) as other:
         with pytest.raises(DownloadError, match="no config.json and safetensors"):
             HubDownload("someone/pickled", endpoint=other.endpoint).run()
+
+
+def test_nalar_download_interrupted_then_rerun_resumes_in_a_new_process(hub: LocalHub, tmp_path) -> None:
+    """Resume after a real restart: Ctrl-C ends the first process, a second one asks for the rest."""
+    env = dict(os.environ, HF_ENDPOINT=hub.endpoint)  # read fresh by the new process, as a user would set it
+    command = [sys.executable, "-m", "app", "download", REPO, "--use"]
+    hub.throttle_bytes_per_s = 20e6
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial_dir = download_dir(REPO) / PARTIAL_DIR
+    deadline = time.monotonic() + 120
+    while not any(p.stat().st_size > 20e6 for p in partial_dir.glob("model.safetensors.*")):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.1)  # ok-sleep: watching another process's file grow
+    first.send_signal(signal.SIGINT)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 130 and "Run the same command to resume" in err, err
+    kept = next(partial_dir.glob("model.safetensors.*")).stat().st_size
+
+    hub.throttle_bytes_per_s = None
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    folder = download_dir(REPO)
+    assert second.stdout.strip() == str(folder) and "MB/s" in second.stderr
+    assert [(r.range_start, r.status) for r in hub.file_requests("model.safetensors")] == [(0, 200), (kept, 206)]
+    assert verify(folder, deep=True)
+    assert load_settings()[0].engine.model == str(folder), "--use made it Nalar's model"
