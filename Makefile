@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export PYTHON VENV
 
-.PHONY: run test setup setup-test model bench screenshot clean
+.PHONY: run test setup setup-test model bench screenshot clean install-desktop uninstall-desktop
 
 # Re-run the set-up when the dependency list changes.
 $(VENV)/.setup-app: pyproject.toml packaging/setup_venv.sh
@@ -30,6 +30,13 @@ test: setup-test
 
 bench: setup
 	$(PY) -m app bench engine
+
+# The application-menu launcher (and icon) for this user, starting Nalar from this checkout's venv.
+install-desktop: setup
+	packaging/linux/install_desktop.sh
+
+uninstall-desktop:
+	packaging/linux/uninstall_desktop.sh
 
 screenshot: setup
 	packaging/linux/screenshot.sh docs/screenshot.png

@@ -1,4 +1,4 @@
-"""The `nalar` command: the desktop app by default, plus `nalar bench …`."""
+"""The `nalar` command: the desktop app by default, plus `nalar bench …`, `nalar doctor`, `nalar download`."""
 
 from __future__ import annotations
 
@@ -39,12 +39,20 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", action="store_true", help="print results as JSON")
     doctor = sub.add_parser("doctor", help="check that Nalar can run here, and with what")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable)")
+    download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    download.add_argument("--revision", default="main", help="branch, tag or commit")
+    download.add_argument("--use", action="store_true", help="make it Nalar's model once downloaded")
     args = parser.parse_args(argv)
     if args.command == "doctor":
         from app.doctor import run_doctor
 
         return run_doctor(args.json)
     _configure_logging()
+    if args.command == "download":
+        from app.core.hub_download import run_download_command
+
+        return run_download_command(args.repo_id, use=args.use, revision=args.revision)
     if args.command == "bench":
         from app.bench import run_bench
 

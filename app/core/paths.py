@@ -23,3 +23,15 @@ def cache_dir() -> Path:
 
 def log_dir() -> Path:
     return Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
+
+
+def resources_dir() -> Path:
+    """Nalar's icon and model configs: ``resources/`` of a source checkout (how `make` installs Nalar),
+    else ``<prefix>/share/nalar`` where a wheel install puts them (pyproject's data-files)."""
+    import sys
+
+    checkout = Path(__file__).resolve().parents[2] / "resources"
+    for folder in (checkout, Path(sys.prefix) / "share" / APP_NAME):
+        if (folder / "nalar.svg").is_file():
+            return folder
+    return checkout  # the caller's missing-file error then names the checkout path

@@ -8,18 +8,19 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import qasync
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app.core.settings import load_settings, save_settings, settings_path
+from app.core.paths import resources_dir
+from app.core.settings import Settings, load_settings, save_settings, settings_path
 from app.engine.base import EngineBase
+from app.engine.capability import HardwareProbe
 
 log = logging.getLogger(__name__)
-ICON = Path(__file__).resolve().parents[2] / "resources" / "nalar.svg"
+ICON = resources_dir() / "nalar.svg"
 
 
 def run_app(argv: list[str], *, process_started: float, engine: EngineBase | None = None,
@@ -31,12 +32,16 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
     QApplication.setWindowIcon(QIcon(str(ICON)))
     first_run = not settings_path().exists()
     settings, notice = load_settings()
+    welcome = False
     if first_run:
         # The KV dtype defaults to fp8 where this machine supports it; saved so Settings shows it.
         from app.engine.capability import probe_hardware, recommended_kv_dtype
 
-        settings.engine = settings.engine.model_copy(update={"kv_cache_dtype": recommended_kv_dtype(probe_hardware())})
-        save_settings(settings)
+        probe = probe_hardware()
+        settings.engine = settings.engine.model_copy(update={"kv_cache_dtype": recommended_kv_dtype(probe)})
+        welcome = offer_welcome(settings, probe)
+        if not welcome:
+            save_settings(settings)  # with a welcome dialog, the user's choice is saved instead
     if engine is None:
         from app.engine.host import EngineHost
 
@@ -61,7 +66,10 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
             window.close()
             app.quit()
             return
-        window.start_engine()
+        if welcome:  # the engine starts once a model is chosen (or the dialog is closed: embedded)
+            window.open_model_chooser(first_run=True)
+        else:
+            window.start_engine()
 
     # After the first paint: the window is on screen before the engine (and torch) load.
     QTimer.singleShot(0, on_first_frame)
@@ -70,6 +78,18 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
         loop.run_until_complete(closed.wait())
     window.bridge.close()  # idempotent: the window's closeEvent usually did it already
     return 0
+
+
+def offer_welcome(settings: Settings, probe: HardwareProbe) -> bool:
+    """First run only. Without an NVIDIA GPU the embedded model is the only sensible choice, so it starts
+    without asking (Engine → Choose model… still offers the dialog). NALAR_NO_WELCOME=1 skips it, for
+    scripted starts; so does `nalar bench startup` (NALAR_QUIT_AFTER_SHOWN)."""
+    if settings.engine.model or os.environ.get("NALAR_NO_WELCOME") or os.environ.get("NALAR_QUIT_AFTER_SHOWN"):
+        return False
+    if not probe.gpus:
+        log.info("first run without an NVIDIA GPU: using the embedded model")
+        return False
+    return True
 
 
 def _close_on_signals(window: QWidget) -> None:

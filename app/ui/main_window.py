@@ -39,6 +39,7 @@ from app.ui.bridge import EngineBridge
 from app.ui.gauges import GaugeBar
 from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
 from app.ui.settings_dialog import SettingsDialog
+from app.ui.welcome_dialog import WelcomeDialog
 
 log = logging.getLogger(__name__)
 PARTIAL_SAVE_MS = 1000
@@ -180,6 +181,9 @@ class MainWindow(QMainWindow):
         self.restart_action = QAction("&Restart engine", self)
         self.restart_action.triggered.connect(self.start_engine)
         engine_menu.addAction(self.restart_action)
+        choose_model_action = QAction("Choose &model…", self)
+        choose_model_action.triggered.connect(lambda: self.open_model_chooser())
+        engine_menu.addAction(choose_model_action)
         help_menu = self.menuBar().addMenu("&Help")
         logs_action = QAction("Open &log folder", self)
         logs_action.triggered.connect(self.open_log_folder)
@@ -502,6 +506,26 @@ class MainWindow(QMainWindow):
         dialog = SettingsDialog(self.settings, parent=self)
         dialog.applied.connect(self.apply_settings)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    def open_model_chooser(self, *, first_run: bool = False) -> WelcomeDialog:
+        """The welcome dialog; a chosen model is saved and the engine restarts on it.
+
+        On first run, closing it without a choice saves and starts the embedded model, so it isn't asked again.
+        """
+        from app.engine.capability import probe_hardware
+
+        dialog = WelcomeDialog(probe_hardware(), parent=self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+
+        def chosen() -> None:
+            engine = EngineConfig.model_validate({**self.settings.engine.model_dump(), **dialog.engine_update})
+            self.apply_settings(self.settings.model_copy(update={"engine": engine}))
+
+        dialog.accepted.connect(chosen)
+        if first_run:
+            dialog.rejected.connect(lambda: self.apply_settings(self.settings.model_copy()))
         dialog.open()
         return dialog
 
