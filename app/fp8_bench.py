@@ -264,14 +264,11 @@ def _cmdline(proc: psutil.Process) -> str:
 
 # ---- the whole run ---------------------------------------------------------------------------
 
-def plan_depths(requested: Sequence[int], max_model_len: int, tokens: int) -> tuple[list[int], list[int]]:
-    """Depths that leave room for ``tokens`` of output in the context; and those dropped."""
-    room = max_model_len - tokens - 1
-    kept = sorted({d for d in requested if 0 < d <= room})
-    dropped = sorted({d for d in requested if d > room})
-    if not kept and room > 0:
-        kept = [room]
-    return kept, dropped
+def plan_depths(requested: Sequence[int], max_model_len: int, tokens: int) -> tuple[list[int], dict[int, int]]:
+    """Depths capped so ``tokens`` of output still fit in the context; and which were capped (asked → used)."""
+    room = max(1, max_model_len - tokens - 1)
+    capped = {d: room for d in requested if d > room}
+    return sorted({min(d, room) for d in requested}), capped
 
 
 def render_plot(report: dict[str, Any], target: Path) -> Path:
@@ -333,7 +330,7 @@ def run_fp8_bench(config: EngineConfig, *, depths: Sequence[int] = DEFAULT_DEPTH
     model = config.model or str(ensure_embedded_model())
     model_dir = check_model_path(model)
     config = config.model_copy(update={"model": model, "enable_prefix_caching": False})
-    kept, dropped = plan_depths(depths, config.max_model_len, tokens)
+    kept, capped = plan_depths(depths, config.max_model_len, tokens)
     reasons = {d: capability.kv_dtype_unsupported_reason(d, probe) for d in kv_dtypes}
     runnable = [d for d in kv_dtypes if reasons[d] is None]
     progress = Progress(writer, 1 + len(runnable) * (1 + len(REASONING_PROMPTS) + len(kept)))
@@ -350,9 +347,9 @@ def run_fp8_bench(config: EngineConfig, *, depths: Sequence[int] = DEFAULT_DEPTH
     report: dict[str, Any] = {
         "benchmark": "fp8-kv", "when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_description(),
         "model": model, "max_model_len": config.max_model_len, "tokens_per_measurement": tokens,
-        "depths": kept, "dropped_depths": dropped,
-        "dropped_reason": (f"deeper than max_model_len {config.max_model_len} minus {tokens + 1} tokens of output"
-                           if dropped else None),
+        "depths": kept, "capped_depths": {str(asked): used for asked, used in capped.items()},
+        "capped_reason": (f"max_model_len {config.max_model_len} leaves room for {tokens} output tokens "
+                          f"after at most {kept[-1]} prompt tokens" if capped else None),
         "prompts": list(REASONING_PROMPTS), "bandwidth": band, "weight_bytes": footprint["weight_bytes"],
         "footprint_note": footprint["note"], "runs": runs, "comparison": _compare(runs)}
     folder = paths.data_dir() / "bench"
@@ -370,8 +367,8 @@ def format_table(report: dict[str, Any]) -> str:
     lines = [f"model: {report['model']}  (max_model_len {report['max_model_len']}, "
              f"{report['tokens_per_measurement']} decode tokens per measurement)",
              f"bandwidth: {band['gb_s']} GB/s ({band['source']})"]
-    if report["dropped_depths"]:
-        lines.append(f"left out depths {report['dropped_depths']}: {report['dropped_reason']}")
+    if report["capped_depths"]:
+        lines.append(f"capped depths {report['capped_depths']}: {report['capped_reason']}")
     for run in report["runs"]:
         lines.append("")
         if not run["supported"]:

