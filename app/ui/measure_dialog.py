@@ -168,6 +168,7 @@ class JobPanel(QWidget):
         self.after_run: Callable[[], None] | None = None
         self.grace_s = CANCEL_GRACE_S
         self.job: JobProcess | None = None
+        self._shut = False  # the dialog is closing: start nothing more
         self.last_result: dict[str, Any] | None = None
         self.intro = QLabel(intro)
         self.intro.setWordWrap(True)
@@ -210,6 +211,9 @@ class JobPanel(QWidget):
         self.progress.setValue(0)
         if self.before_run is not None and not await self.before_run():
             self.run_button.setEnabled(True)
+            return
+        if self._shut:  # closed while the chat engine was stopping
+            self._ended()
             return
         self.job = JobProcess(self.command(), self, grace_s=self.grace_s)
         self.job.line.connect(self.on_line)
@@ -276,6 +280,7 @@ class JobPanel(QWidget):
 
     def shut(self) -> None:
         """Closing: end the job and everything it started, now."""
+        self._shut = True
         job, self.job = self.job, None
         if job is not None:
             job.terminate_and_wait()
