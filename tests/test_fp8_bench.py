@@ -177,3 +177,26 @@ def test_bad_bench_options_are_named(tmp_path: Path) -> None:
     depths = subprocess.run([sys.executable, "-m", "app", "bench", "--depths", "1k"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=120)
     assert depths.returncode == 2 and "numbers separated by commas" in depths.stderr
+
+
+def test_gpu_floor_uses_the_spec_sheet_and_names_an_unknown_card() -> None:
+    """No GPU here: the GPU branch is checked at its boundary, with probes of real card names."""
+    from app.core.planner import attention_shape, load_model_config
+    from app.fp8_bench import bandwidth, floor_ms, model_footprint
+
+    def card(name: str) -> HardwareProbe:
+        return HardwareProbe("cuda", "0.33.1", frozenset(), (capability.GpuInfo(0, name, (8, 9), 24 << 30, 20 << 30),))
+
+    assert bandwidth(card("NVIDIA GeForce RTX 4090")) == {"gb_s": 1008.0,
+                                                          "source": "spec sheet: NVIDIA GeForce RTX 4090"}
+    unknown = bandwidth(card("NVIDIA Mystery 9000"))
+    assert unknown["gb_s"] is None and "not in the planner's bandwidth table" in unknown["source"]
+    footprint = model_footprint(require_embedded_model())
+    shape = attention_shape(load_model_config(require_embedded_model()))
+    assert footprint["kv_bytes_per_token"]["auto"] == shape.kv_bytes_per_token("auto") == 2 * \
+        footprint["kv_bytes_per_token"]["fp8_e4m3"]
+    # (weights + KV of 8,192 tokens) / 1008 GB/s, in ms: the planner's own formula.
+    expected = (footprint["weight_bytes"] + footprint["kv_bytes_per_token"]["fp8_e4m3"] * 8192) / 1008e9 * 1000
+    assert floor_ms(footprint["weight_bytes"], footprint["kv_bytes_per_token"]["fp8_e4m3"], 8192, 1008.0) == \
+        pytest.approx(expected)
+    assert floor_ms(None, 100, 8192, 1008.0) is None and model_footprint(None)["weight_bytes"] is None
