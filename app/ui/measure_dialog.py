@@ -431,6 +431,9 @@ class MeasureDialog(QDialog):
         for asked, used in (report.get("capped_depths") or {}).items():
             summary.append(f"Depth {int(asked):,} was capped to {used:,}: {report['capped_reason']}.")
         _set_rows(self.bench_table, rows)
+        table = self.bench_table  # every row shown: the scroll area scrolls, not the table
+        rows_height = sum(table.rowHeight(r) for r in range(len(rows)))
+        table.setMinimumHeight(table.horizontalHeader().height() + rows_height + 6)
         self.bench_summary.setText("\n".join(summary))
         pixmap = QPixmap(report["png"])
         if not pixmap.isNull():
