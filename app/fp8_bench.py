@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import statistics
@@ -323,6 +324,7 @@ def run_fp8_bench(config: EngineConfig, *, depths: Sequence[int] = DEFAULT_DEPTH
     from app.bench import machine_description
     from app.core.embedded_model import ensure_embedded_model
     from app.engine import capability
+    from app.engine.errors import EngineFailure, FailureKind
     from app.engine.host import check_model_path
 
     writer = writer or JobLineWriter(False)
@@ -343,7 +345,13 @@ def run_fp8_bench(config: EngineConfig, *, depths: Sequence[int] = DEFAULT_DEPTH
             runs.append({"kv_cache_dtype": dtype, "supported": False, "reason": reasons[dtype], "depths": []})
             continue
         dtype_config = EngineConfig.model_validate({**config.model_dump(), "kv_cache_dtype": dtype})
-        runs.append(measure_dtype(dtype_config, kept, tokens, progress, footprint, band["gb_s"]))
+        try:
+            runs.append(measure_dtype(dtype_config, kept, tokens, progress, footprint, band["gb_s"]))
+        except EngineFailure as failure:  # e.g. auto runs out of memory where fp8 fits: keep the other rows
+            if failure.kind is FailureKind.MODEL_NOT_FOUND:
+                raise
+            runs.append({"kv_cache_dtype": dtype, "supported": False, "reason": f"{failure.message} {failure.fix}",
+                         "depths": []})
     report: dict[str, Any] = {
         "benchmark": "fp8-kv", "when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_description(),
         "model": model, "max_model_len": config.max_model_len, "tokens_per_measurement": tokens,
@@ -425,6 +433,10 @@ def run_fp8_bench_command(*, depths: Sequence[int], tokens: int, kv_dtypes: Sequ
             return 1
         except EngineFailure as failure:
             writer.error(failure.message, failure.fix)
+            return 1
+        except Exception as exc:  # a bug or an engine crash: say so in one line, the traceback goes to the log
+            logging.getLogger(__name__).exception("the FP8 benchmark failed")
+            writer.error(f"The benchmark failed: {exc}", f"See the logs in {paths.log_dir()}.")
             return 1
         writer.result(report)
         if as_json and not progress_jsonl:

@@ -16,7 +16,7 @@ import pytest
 
 from app.core import paths
 from app.core.job_lines import JobLineWriter, parse_job_line
-from app.core.settings import EngineConfig
+from app.core.settings import EngineConfig, Settings, save_settings
 from app.engine import capability
 from app.engine.capability import HardwareProbe
 from app.fp8_bench import depth_prompt_ids, plan_depths, run_fp8_bench
@@ -126,6 +126,29 @@ def test_sigterm_mid_bench_closes_the_engine_and_exits() -> None:
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine_cores)
     assert group_processes(proc.pid) == []
     assert not list((paths.data_dir() / "bench").glob("fp8-*.json")), "a cancelled run saves no result"
+
+
+@pytest.mark.real_engine
+def test_where_auto_runs_out_of_kv_memory_fp8_still_runs_and_auto_says_why() -> None:
+    """A 0.125 GiB pool holds 5,825 bf16 tokens but 11,650 fp8 ones: an 8,192 context fits only with fp8.
+    The settings file is what the bench reads, as for a user."""
+    save_settings(Settings(engine=EngineConfig(model=str(require_embedded_model()), cpu_kv_cache_gib=0.125,
+                                               max_model_len=8192)))
+    proc = start_bench("--progress-jsonl", "--depths", "256", "--tokens", "8")
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    report = [line for line in map(parse_job_line, out.splitlines()) if line is not None][-1].data
+    assert report is not None
+    runs = {run["kv_cache_dtype"]: run for run in report["runs"]}
+    assert runs["auto"]["supported"] is False and "Not enough memory" in runs["auto"]["reason"]
+    assert runs["fp8_e4m3"]["supported"] and runs["fp8_e4m3"]["max_model_len"] == 8192
+    assert runs["fp8_e4m3"]["depths"][0]["ms_per_token"] > 0
+    assert report["comparison"] == {}
+    assert group_processes(proc.pid) == []
 
 
 def test_without_fp8_the_fp8_rows_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
