@@ -295,7 +295,8 @@ def run_quality_check(model_dir: Path, *, prompts: Sequence[str] = REASONING_PRO
     """
     started = time.perf_counter()
     say = progress or (lambda fraction, message: None)
-    say(0.0, "loading the model in transformers")
+    if quality_model is None:
+        say(0.0, "loading the model in transformers")
     qm = quality_model or KvQualityModel(model_dir, trust_remote_code=trust_remote_code)
     _check(cancel)
     scales: dict[str, LayerScales] = dict(calibrated or {})
