@@ -66,12 +66,30 @@ def main(argv: list[str] | None = None) -> int:
     download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     download.add_argument("--revision", default="main", help="branch, tag or commit")
     download.add_argument("--use", action="store_true", help="make it Nalar's model once downloaded")
+    for name, text in (("kv-check", "how much an FP8 KV cache changes this model's next-token choices"),
+                       ("calibrate", "compute per-layer FP8 KV scales and write a calibrated model folder")):
+        job = sub.add_parser(name, help=text)
+        job.add_argument("--model", help="model folder (default: the configured model)")
+        job.add_argument("--prompts", type=int, default=3, choices=range(1, 4), help="reasoning prompts to score")
+        job.add_argument("--tokens", type=int, default=128, help="continuation tokens scored per prompt")
+        job.add_argument("--json", action="store_true", help="print the report as JSON")
+        job.add_argument("--progress-jsonl", action="store_true", help="speak the app's job-line protocol")
+        if name == "calibrate":
+            job.add_argument("--out", help="where to write the calibrated folder (default: next to the model)")
     args = parser.parse_args(argv)
     if args.command == "doctor":
         from app.doctor import run_doctor
 
         return run_doctor(args.json)
     _configure_logging()
+    if args.command in ("kv-check", "calibrate"):
+        from app.kv_check import run_calibrate, run_kv_check
+
+        if args.command == "kv-check":
+            return run_kv_check(args.model, prompts=args.prompts, tokens=args.tokens, as_json=args.json,
+                                jsonl=args.progress_jsonl)
+        return run_calibrate(args.model, args.out, prompts=args.prompts, tokens=args.tokens, as_json=args.json,
+                             jsonl=args.progress_jsonl)
     if args.command == "download":
         from app.core.hub_download import run_download_command
 

@@ -25,14 +25,9 @@ import psutil
 
 from app.core import paths
 from app.core.job_lines import JobLineWriter
+from app.core.kv_quality import REASONING_PROMPTS  # the same prompts the quality check scores
 from app.core.settings import EngineConfig, load_settings
 
-# TODO(issue 7): import REASONING_PROMPTS from app.core.kv_quality once it is on main.
-REASONING_PROMPTS = (
-    "A farmer has 17 sheep. All but 9 run away. How many sheep are left? Think it through step by step.",
-    "If a train leaves at 3:40 pm and the trip takes 2 hours 35 minutes, when does it arrive? Explain.",
-    "Which is larger, 0.7 or 0.65? Explain your reasoning carefully.",
-)
 # Neutral prose that fills a prompt up to a context depth; the reasoning prompt goes last.
 FILLER = ("The archive kept records of every harvest in the valley: the rainfall of each spring, the days "
           "the river rose, the prices at the autumn market, and the names of the families who worked the "
