@@ -19,8 +19,7 @@ from app.fp8_bench import render_plot
 from app.ui.measure_dialog import JobPanel, MeasureDialog, app_command
 from tests.conftest import require_embedded_model
 
-QUALITY = {"model": "m", "prompts": ["a", "b", "c"], "tokens_per_prompt": 128, "seconds": 12.5,
-           "calibrated_from": None,
+QUALITY = {"model": "m", "prompts": 3, "tokens_per_prompt": 128, "seconds": 12.5, "calibrated_from": None,
            "results": [{"kv_dtype": "fp8_e4m3", "scales": "1.0", "top1_agreement": 0.982, "mean_kl": 0.008,
                         "tokens": 384},
                        {"kv_dtype": "fp8_e5m2", "scales": "1.0", "top1_agreement": 0.917, "mean_kl": 0.033,
@@ -53,6 +52,11 @@ a for menu in window.menuBar().actions() if menu.text() == "&Engine"
     return window, dialog
 
 
+def ended(panel: JobPanel) -> Any:
+    """The job has exited and the panel has taken it in (a progress line may also say "done")."""
+    return lambda: panel.job is None and panel.step_label.text() in ("done", "failed", "cancelled")
+
+
 def group_alive(pgid: int) -> list[int]:
     alive = []
     for proc in psutil.process_iter():
@@ -79,7 +83,8 @@ def test_quality_check_shows_progress_then_the_table_and_applies_the_advice(qtbo
     assert dialog.quality.progress.value() == 50
     assert not dialog.quality.run_button.isEnabled() and dialog.quality.cancel_button.isEnabled()
     go.touch()
-    qtbot.waitUntil(lambda: dialog.quality.step_label.text() == "done", timeout=20_000)
+    qtbot.waitUntil(ended(dialog.quality), timeout=20_000)
+    assert dialog.quality.step_label.text() == "done", dialog.quality.error_label.text()
     table = dialog.quality_table
     rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
     assert rows == [["unrounded (bf16)", "–", "100.0%", "0", "384"],
@@ -203,7 +208,8 @@ def test_benchmark_stops_the_chat_engine_and_starts_it_again(qtbot, make_window,
     assert window.bridge.ready is None, "the chat engine is stopped while the benchmark runs"
     assert not window.send_button.isEnabled()
     go.touch()
-    qtbot.waitUntil(lambda: dialog.bench.step_label.text() == "done", timeout=20_000)
+    qtbot.waitUntil(ended(dialog.bench), timeout=20_000)
+    assert dialog.bench.step_label.text() == "done", dialog.bench.error_label.text()
     qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)  # and started again after it
     table = dialog.bench_table
     rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
@@ -230,7 +236,8 @@ def test_calibration_shows_before_and_after_and_switches_to_the_calibrated_model
         line(event="result", data=json.loads({json.dumps(json.dumps(result))}))
     """)
     dialog.calibration.run_button.click()
-    qtbot.waitUntil(lambda: dialog.calibration.step_label.text() == "done", timeout=20_000)
+    qtbot.waitUntil(ended(dialog.calibration), timeout=20_000)
+    assert dialog.calibration.step_label.text() == "done", dialog.calibration.error_label.text()
     assert dialog.before_table.rowCount() == 3 and dialog.after_table.rowCount() == 2
     assert dialog.after_table.item(1, 1).text() == "calibrated" and dialog.after_table.item(1, 2).text() == "99.4%"
     assert str(calibrated) in dialog.calibrated_label.text()
@@ -252,7 +259,7 @@ def test_real_bench_in_the_dialog_then_a_cancel_ends_its_engine(qtbot, make_wind
     dialog.bench.command = lambda: app_command("bench", "--progress-jsonl", "--kv-dtypes", "auto",
                                                "--depths", "256", "--tokens", "8")
     dialog.bench.run_button.click()
-    qtbot.waitUntil(lambda: dialog.bench.step_label.text() in ("done", "failed"), timeout=600_000)
+    qtbot.waitUntil(ended(dialog.bench), timeout=600_000)
     assert dialog.bench.step_label.text() == "done", dialog.bench.error_label.text()
     table = dialog.bench_table
     assert [table.item(r, 1).text() for r in range(table.rowCount())] == ["reasoning prompts", "256"]
@@ -273,4 +280,26 @@ def test_real_bench_in_the_dialog_then_a_cancel_ends_its_engine(qtbot, make_wind
     assert group_alive(pgid) == [], "the bench or its EngineCore survived the cancel"
     assert dialog.bench.error_label.isHidden()
     qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)
+    dialog.close()
+
+
+@pytest.mark.real_engine
+def test_real_kv_check_in_the_dialog_and_its_advice_applies(qtbot, make_window) -> None:
+    """The lead's real `nalar kv-check` (transformers on the CPU), small: 1 prompt x 16 tokens."""
+    model = require_embedded_model()
+    window, dialog = open_dialog(qtbot, make_window)
+    dialog.quality.command = lambda: app_command("kv-check", "--progress-jsonl", "--model", str(model),
+                                                 "--prompts", "1", "--tokens", "16")
+    dialog.tabs.setCurrentWidget(dialog.quality)
+    dialog.quality.run_button.click()
+    qtbot.waitUntil(ended(dialog.quality), timeout=600_000)
+    assert dialog.quality.step_label.text() == "done", dialog.quality.error_label.text()
+    table = dialog.quality_table
+    assert table.item(0, 0).text() == "unrounded (bf16)" and table.item(0, 4).text() == "16"
+    variants = {(table.item(r, 0).text(), table.item(r, 1).text()) for r in range(1, table.rowCount())}
+    assert {("fp8_e4m3", "1.0"), ("fp8_e5m2", "1.0")} <= variants
+    advised = dialog.quality.last_result["advice"]["kv_dtype"]  # type: ignore[index]
+    assert dialog.use_dtype_button.text() == f"Use {advised}" and dialog.use_dtype_button.isEnabled()
+    dialog.use_dtype_button.click()
+    assert load_settings()[0].engine.kv_cache_dtype == advised == window.settings.engine.kv_cache_dtype
     dialog.close()

@@ -311,7 +311,8 @@ def _fmt(value: Any, spec: str, scale: float = 1.0) -> str:
 
 def quality_rows(report: dict[str, Any]) -> list[list[str]]:
     """The unrounded reference first (by definition 100% and 0), then each FP8 variant."""
-    tokens = report.get("tokens_per_prompt", 0) * len(report.get("prompts", []))
+    prompts = report.get("prompts") or 0  # kv-check reports a count; a list of prompts counts too
+    tokens = int(report.get("tokens_per_prompt") or 0) * (prompts if isinstance(prompts, int) else len(prompts))
     rows = [["unrounded (bf16)", "–", "100.0%", "0", str(tokens or "–")]]
     for row in report.get("results", []):
         rows.append([row["kv_dtype"], row["scales"], _fmt(row["top1_agreement"], ".1%"),
