@@ -303,3 +303,25 @@ def test_real_kv_check_in_the_dialog_and_its_advice_applies(qtbot, make_window) 
     dialog.use_dtype_button.click()
     assert load_settings()[0].engine.kv_cache_dtype == advised == window.settings.engine.kv_cache_dtype
     dialog.close()
+
+
+@pytest.mark.real_engine
+def test_real_calibration_in_the_dialog_then_use_the_calibrated_model(qtbot, make_window, tmp_path) -> None:
+    """The lead's real `nalar calibrate` (small, written to tmp), then the button switches the model."""
+    model = require_embedded_model()
+    out = tmp_path / "calibrated"
+    window, dialog = open_dialog(qtbot, make_window)
+    dialog.calibration.command = lambda: app_command("calibrate", "--progress-jsonl", "--model", str(model),
+                                                     "--prompts", "1", "--tokens", "16", "--out", str(out))
+    dialog.tabs.setCurrentWidget(dialog.calibration)
+    dialog.calibration.run_button.click()
+    qtbot.waitUntil(ended(dialog.calibration), timeout=600_000)
+    assert dialog.calibration.step_label.text() == "done", dialog.calibration.error_label.text()
+    assert dialog.before_table.item(1, 1).text() == "1.0" and dialog.after_table.item(1, 1).text() == "calibrated"
+    result = dialog.calibration.last_result
+    assert result is not None and Path(result["calibrated_model"]).is_dir()
+    assert result["calibrated_model"] in dialog.calibrated_label.text()
+    dialog.use_calibrated_button.click()
+    saved = load_settings()[0].engine
+    assert saved.model == result["calibrated_model"] and saved.kv_cache_dtype == "fp8_e4m3"
+    dialog.close()
