@@ -364,10 +364,20 @@ class EngineHost(EngineBase):
             self._answer_now.discard(rid)
             self._aborted.discard(rid)
 
+    def engine_prompt(self, ids: list[int]) -> Any:
+        """Token ids rendered the way vLLM now wants them (raw prompts are deprecated), or raw on a vLLM
+        without the Renderer API."""
+        from vllm.inputs import TokensPrompt
+
+        prompt = TokensPrompt(prompt_token_ids=ids)
+        renderer = getattr(self._engine, "renderer", None)
+        if renderer is None or not hasattr(renderer, "render_cmpl"):
+            return prompt
+        return renderer.render_cmpl([prompt])[0]
+
     async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str,
                         ignore_eos: bool) -> AsyncGenerator[EngineEvent, None]:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -422,7 +432,7 @@ class EngineHost(EngineBase):
                 self._live[rid] = vllm_id
                 if name == "answer":
                     rates["answer"].restart_clock(time.perf_counter())
-                stream = self._engine.generate(TokensPrompt(prompt_token_ids=ids), params, vllm_id)
+                stream = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
                 async with contextlib.aclosing(stream):
                     async for output in stream:
                         now = time.perf_counter()
