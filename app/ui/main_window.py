@@ -34,7 +34,7 @@ from app.core.history import HistoryStore, export_json, export_markdown
 from app.core.settings import EngineConfig, Settings, save_settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
+from app.engine.events import BackendChosen, EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
 from app.ui.bridge import EngineBridge
 from app.ui.gauges import GaugeBar
 from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
@@ -194,6 +194,7 @@ class MainWindow(QMainWindow):
         self.bridge.notice.connect(self.show_notice)
         self.bridge.error.connect(self.on_engine_error)
         self.bridge.finished.connect(self.on_finished)
+        self.bridge.backend_chosen.connect(self.on_backend_chosen)
         self.prompt.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop)
@@ -363,6 +364,7 @@ class MainWindow(QMainWindow):
             self.thinking_pane.set_tokens(last.thinking_tokens)
             self.answer_pane.append(last.answer)
             self.answer_pane.render_markdown()
+            self.answer_pane.header.setText(f"Answer · via {last.backend}" if last.backend else "Answer")
             self.thinking_pane.set_folded(bool(last.answer))
             if last.finish_reason == "interrupted":
                 self.show_notice("This reply was interrupted: Nalar closed while it streamed. "
@@ -375,6 +377,8 @@ class MainWindow(QMainWindow):
         for turn in turns:
             parts.append(f"<p><b>You</b><br>{html.escape(turn.user).replace(chr(10), '<br>')}</p>")
             note = "" if turn.finish_reason in (None, "stop") else f" <i>({turn.finish_reason})</i>"
+            if turn.backend:
+                note = f" <small>via {html.escape(turn.backend)}</small>{note}"
             parts.append(f"<p><b>Nalar</b>{note}<br>{html.escape(turn.answer).replace(chr(10), '<br>')}</p><hr>")
         self.transcript.setHtml("".join(parts))
         self.transcript.setVisible(bool(parts))  # no empty box above the first reply
@@ -416,6 +420,7 @@ class MainWindow(QMainWindow):
         turn = conversation.turns[-1]
         ready = self.bridge.ready
         turn.model, turn.kv_cache_dtype = (ready.model, ready.kv_cache_dtype) if ready else ("", "")
+        self._show_backend(turn, self.bridge.engine.backend_name)
         self.history.start_turn(conversation, turn)
         self._partial_timer.start()
         self._refresh_state()
@@ -457,6 +462,17 @@ class MainWindow(QMainWindow):
         self.gauges.update_metrics(metrics)
         if metrics.request_id == self.current_request:
             self.thinking_pane.set_tokens(metrics.thinking_tokens)
+
+    def _show_backend(self, turn: Turn, backend: str) -> None:
+        turn.backend = backend
+        self.answer_pane.header.setText(f"Answer · via {backend}")
+
+    def on_backend_chosen(self, event: BackendChosen) -> None:
+        if event.request_id != self.current_request or not self.conversation.turns:
+            return
+        self._show_backend(self.conversation.turns[-1], event.backend)
+        if event.reason:
+            self.show_notice(f"Answered by {event.backend}: {event.reason}.")
 
     def on_thinking_folded(self, folded: bool) -> None:
         """A folded trace shrinks to its header so the answer gets the room."""
