@@ -91,6 +91,7 @@ class FailoverEngine(EngineBase):
         self.fallback_failure: EngineFailure | None = None
         self._live: dict[str, EngineBase] = {}
         self._aborted: set[str] = set()
+        self._stopping: set[asyncio.Task[None]] = set()  # primaries being aborted in the background
         primary.set_status_sink(self._primary_status)
         fallback.set_status_sink(self._fallback_status)
 
@@ -134,6 +135,8 @@ class FailoverEngine(EngineBase):
 
     async def shutdown(self) -> None:
         self.ready = None
+        if self._stopping:  # requests still being aborted on the primary end before it shuts down
+            await asyncio.wait(set(self._stopping), timeout=10)
         await asyncio.gather(*(on_engine(engine.loop_thread, engine.shutdown())
                                for engine in (self.primary, self.fallback) if engine.loop_thread.alive),
                              return_exceptions=True)
@@ -166,13 +169,14 @@ class FailoverEngine(EngineBase):
         try:
             reason = ""
             if self._can_serve(self.primary):
-                async for event in self._try_primary(messages, sampling, rid, ignore_eos):
-                    if isinstance(event, str):  # the primary gave up before its first token
-                        reason = event
-                        break
-                    yield event
-                else:
-                    return
+                async with contextlib.aclosing(self._try_primary(messages, sampling, rid, ignore_eos)) as events:
+                    async for event in events:
+                        if isinstance(event, str):  # the primary gave up before its first token
+                            reason = event
+                            break
+                        yield event
+                    else:
+                        return
             else:
                 reason = f"{self.primary.backend_name} is not running"
             if rid in self._aborted:
@@ -197,24 +201,24 @@ class FailoverEngine(EngineBase):
         relay = _Relay(self.primary, messages, sampling, rid, ignore_eos)
         self._live[rid] = self.primary
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.first_token_budget_s
+        deadline: float | None = loop.time() + self.first_token_budget_s
         held: list[EngineEvent] = []
         try:
             while True:
                 try:
-                    item = await asyncio.wait_for(relay.queue.get(), max(0.0, deadline - loop.time()))
+                    wait = None if deadline is None else max(0.0, deadline - loop.time())
+                    item = await asyncio.wait_for(relay.queue.get(), wait)
                 except asyncio.TimeoutError:
-                    if rid in self._aborted:
-                        continue  # the user stopped it: wait for the primary's own abort
-                    await relay.stop(rid)
+                    if rid in self._aborted:  # the user stopped it: let the primary end it, no fallback
+                        await on_engine(self.primary.loop_thread, self.primary.abort(rid))
+                        deadline = None
+                        continue
                     yield f"{self.primary.backend_name} sent no first token within {self.first_token_budget_s:g} s"
                     return
                 if isinstance(item, _RelayEnded):
-                    await relay.stop(rid)
                     yield f"{self.primary.backend_name} failed: {item.error}"
                     return
                 if isinstance(item, EngineErrorEvent):
-                    await relay.stop(rid)
                     yield f"{self.primary.backend_name} failed: {item.failure.message}"
                     return
                 if isinstance(item, (ThinkingDelta, AnswerDelta, Finished)):
@@ -229,7 +233,11 @@ class FailoverEngine(EngineBase):
             async for event in self._drain(relay, rid):
                 yield event
         finally:
-            await relay.stop(rid)
+            # Abort what the primary still runs, without making the fallback wait for it to wind down.
+            if not relay.future.done():
+                task = asyncio.get_running_loop().create_task(relay.stop(rid))
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
 
     async def _drain(self, relay: _Relay, rid: str) -> AsyncGenerator[EngineEvent, None]:
         """Pass a relay's events on until its Finished."""
