@@ -37,15 +37,20 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
 
         settings.engine = settings.engine.model_copy(update={"kv_cache_dtype": recommended_kv_dtype(probe_hardware())})
         save_settings(settings)
-    if engine is None:
-        from app.engine.host import EngineHost
+    from app.core.keystore import KeyStore
 
-        engine = EngineHost()
+    keys = KeyStore()
+    if engine is None:
+        from app.engine.backends import build_engine
+
+        engine = build_engine(settings.backends, keys)
 
     from app.ui.main_window import MainWindow
 
-    window = MainWindow(engine, settings, notice)
+    window = MainWindow(engine, settings, notice, keys=keys)
     window.show()
+    if keys.notice:  # a profile needed a key and there is no keyring to read it from
+        window.show_notice(keys.notice)
 
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)

@@ -57,6 +57,11 @@ class EngineBridge(QObject):
         self._frame.timeout.connect(self.drain)
         self._frame.start()
 
+    def set_engine(self, engine: EngineBase) -> None:
+        """Switch backends (Settings → Backends); the caller shuts the old engine down."""
+        self.engine = engine
+        engine.set_status_sink(self.post)
+
     # ---- engine thread side ---------------------------------------------------------------
 
     def post(self, event: EngineEvent) -> None:

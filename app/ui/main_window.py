@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import html
 import logging
 import time
@@ -31,10 +33,13 @@ from qasync import asyncSlot
 from app.core import paths
 from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore, export_json, export_markdown
+from app.core.keystore import KeyStore
 from app.core.settings import EngineConfig, Settings, save_settings
+from app.engine.api_server import LocalApiServer
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import BackendChosen, EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
+from app.engine.loop_thread import on_engine
 from app.ui.bridge import EngineBridge
 from app.ui.gauges import GaugeBar
 from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
@@ -71,12 +76,14 @@ class MainWindow(QMainWindow):
     reply_finished = Signal(object)  # Finished, after the window has taken it in (for tests and history)
 
     def __init__(self, engine: EngineBase, settings: Settings, settings_notice: str | None = None,
-                 history: HistoryStore | None = None) -> None:
+                 history: HistoryStore | None = None, keys: KeyStore | None = None) -> None:
         super().__init__()
         self.setWindowTitle("Nalar")
         self.resize(1280, 800)
         self.settings = settings
         self.bridge = EngineBridge(engine, self)
+        self.keys = keys or KeyStore()
+        self.api_server: LocalApiServer | None = None
         self.conversations: list[Conversation] = []
         self.current_request: str | None = None
         self._answer_started = False
@@ -162,6 +169,9 @@ class MainWindow(QMainWindow):
         self.status_progress.setMaximumWidth(200)
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.status_progress)
+        self.api_label = QLabel()
+        self.api_label.setObjectName("ApiServerStatus")
+        self.statusBar().addPermanentWidget(self.api_label)
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -289,6 +299,7 @@ class MainWindow(QMainWindow):
         self.gauges.set_engine(ready)
         self._refresh_state()
         self.prompt.setFocus()
+        self.update_api_server()
 
     def _show_failure(self, failure: EngineFailure) -> None:
         self._pending_fallback = failure.fallback
@@ -515,19 +526,66 @@ class MainWindow(QMainWindow):
     # ---- settings ------------------------------------------------------------------------------
 
     def open_settings(self) -> SettingsDialog:
-        dialog = SettingsDialog(self.settings, parent=self)
+        dialog = SettingsDialog(self.settings, parent=self, keys=self.keys)
         dialog.applied.connect(self.apply_settings)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog
 
     def apply_settings(self, settings: Settings) -> None:
-        """Save; restart the engine (keeping the conversation) only if an engine setting changed."""
-        restart = settings.engine != self.settings.engine or self.bridge.ready is None
+        """Save; restart the engine (keeping the conversation) only if an engine or backend setting changed."""
+        switch = settings.backends != self.settings.backends
+        restart = switch or settings.engine != self.settings.engine or self.bridge.ready is None
         self.settings = settings
         save_settings(settings)
-        if restart and not self.streaming:
+        if switch and not self.streaming:
+            from app.engine.backends import build_engine
+
+            self.switch_engine(build_engine(settings.backends, self.keys))
+        elif restart and not self.streaming:
             self.start_engine(settings.engine)
+        else:
+            self.update_api_server()
+
+    @asyncSlot()
+    async def switch_engine(self, engine: EngineBase) -> None:
+        """Shut the old backend down (its processes too), then start the new one."""
+        old = self.bridge.engine
+        self.set_busy_state(engine_ready=False, streaming=False)
+        await self._stop_api_server()
+        await on_engine(old.loop_thread, old.shutdown())
+        await asyncio.get_running_loop().run_in_executor(None, old.close)
+        self.bridge.set_engine(engine)
+        await self.start_engine(self.settings.engine)
+
+    # ---- local API server ----------------------------------------------------------------------
+
+    @asyncSlot()
+    async def update_api_server(self) -> None:
+        """Run the local API server when it is on and an engine is ready; restart it on a new port."""
+        wanted = self.settings.api_server
+        server = self.api_server
+        if server is not None and (not wanted.enabled or server.port != wanted.port
+                                   or server.engine is not self.bridge.engine):
+            await self._stop_api_server()
+        if not wanted.enabled or self.api_server is not None or self.bridge.ready is None:
+            return
+        engine = self.bridge.engine
+        server = LocalApiServer(engine, self.keys.api_server_token(), wanted.port, self.settings.sampling)
+        try:
+            await on_engine(engine.loop_thread, server.start())
+        except OSError as exc:
+            self.show_notice(f"The local API server could not listen on 127.0.0.1:{wanted.port} ({exc.strerror}). "
+                             "Choose another port in Settings.")
+            return
+        self.api_server = server
+        self.api_label.setText(f"API: {server.url}")
+
+    async def _stop_api_server(self) -> None:
+        server, self.api_server = self.api_server, None
+        self.api_label.setText("")
+        if server is not None and server.engine.loop_thread.alive:
+            await on_engine(server.engine.loop_thread, server.stop())
 
     # ---- misc ----------------------------------------------------------------------------------
 
@@ -565,6 +623,10 @@ class MainWindow(QMainWindow):
                 self.history.finish_turn(turn)
                 self.current_request = None  # late events from the engine are ignored
             started = time.monotonic()
+            if self.api_server is not None and self.bridge.engine.loop_thread.alive:
+                with contextlib.suppress(Exception):
+                    self.bridge.engine.loop_thread.submit(self.api_server.stop()).result(5)
+                self.api_server = None
             self.bridge.close(timeout=10)
             self.history.close()
             log.info("window closed; engine shut down in %.1f s", time.monotonic() - started)
