@@ -9,7 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.core.keystore import new_token
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig
+from app.engine.api_server import LocalApiServer
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import AnswerDelta, BackendChosen, EngineErrorEvent, EngineEvent, Finished
@@ -190,3 +192,52 @@ def test_a_connection_that_never_opens_is_reported_within_the_budget(engines, un
     failure, elapsed = start_remote(engines, url, budget=1.0)
     assert failure.kind in (FailureKind.TIMEOUT, FailureKind.UNREACHABLE) and elapsed < 3.0
     assert url in failure.message
+
+
+# ---- the reverse: a remote primary (real HTTP) that fails, the local engine behind it ---------------
+
+@pytest.fixture
+def slow_remote(engines) -> Iterator[tuple[str, str, LocalApiServer]]:
+    """A real OpenAI-compatible server on 127.0.0.1 (Nalar's own) in front of a double whose first
+    token takes 3 s: the remote side of the connection is real HTTP and the openai client."""
+    behind = Named("desk", [Script(["<think>late</think>", "late answer"], tokens_per_second=1 / 3)] * 3)
+    engines.append(behind)
+    behind.loop_thread.submit(behind.start(EngineConfig())).result(10)
+    token = new_token()
+    server = LocalApiServer(behind, token, port=0)
+    url = behind.loop_thread.submit(server.start()).result(10)
+    yield url, token, server
+    behind.loop_thread.submit(server.stop()).result(10)
+
+
+def test_a_remote_that_misses_the_budget_falls_back_to_local(engines, slow_remote) -> None:
+    url, token, _ = slow_remote
+    remote = RemoteEngine(EndpointProfile(name="desk", base_url=url), token, first_token_timeout_s=30)
+    engine = failover(engines, remote, Named("local", [QUICK]), budget=1.0)
+    events, elapsed = run(engine)
+    assert chosen(events) == [BackendChosen("r1", "local", "desk sent no first token within 1 s")]
+    assert events[-1].answer_text == "fallback answers" and elapsed < 2.5
+
+
+def test_a_remote_that_went_away_falls_back_to_local(engines, slow_remote) -> None:
+    url, token, server = slow_remote
+    remote = RemoteEngine(EndpointProfile(name="desk", base_url=url), token, first_token_timeout_s=30)
+    engine = failover(engines, remote, Named("local", [QUICK]), budget=10)
+    server.engine.loop_thread.submit(server.stop()).result(10)
+    events, elapsed = run(engine)
+    assert chosen(events) == [BackendChosen("r1", "local", f"desk failed: Can't reach {url} (profile “desk”).")]
+    assert events[-1].answer_text == "fallback answers" and elapsed < 2
+
+
+def test_stopping_a_remote_reply_ends_it_at_once(engines, slow_remote) -> None:
+    url, token, _ = slow_remote
+    remote = RemoteEngine(EndpointProfile(name="desk", base_url=url), token, first_token_timeout_s=30)
+    engines.append(remote)
+    remote.loop_thread.submit(remote.start(EngineConfig())).result(10)
+    events: list[EngineEvent] = []
+    future = remote.loop_thread.submit(remote.stream_to(events.append, [{"role": "user", "content": "hi"}],
+                                                        SamplingConfig(), "r1"))
+    started = time.monotonic()
+    remote.loop_thread.submit(remote.abort("r1")).result(5)
+    finished = future.result(5)
+    assert finished is not None and finished.reason == "abort" and time.monotonic() - started < 1

@@ -45,6 +45,10 @@ def _delta_reasoning(delta: Any) -> str:
     return ""
 
 
+class _Aborted(Exception):
+    """The user (or a failover) stopped this reply."""
+
+
 class RemoteEngine(EngineBase):
     """One remote profile. ``start`` checks the server and the model; ``generate`` streams a reply."""
 
@@ -57,8 +61,7 @@ class RemoteEngine(EngineBase):
         self.first_token_timeout_s = first_token_timeout_s
         self._client: AsyncOpenAI | None = None
         self.model = profile.model
-        self._tasks: dict[str, asyncio.Task[Any]] = {}
-        self._aborted: set[str] = set()
+        self._stops: dict[str, asyncio.Event] = {}  # set by abort: ends a wait for the next chunk at once
 
     def __repr__(self) -> str:  # never shows the key
         return f"RemoteEngine({self.profile.name!r}, {self.profile.base_url!r})"
@@ -137,8 +140,8 @@ class RemoteEngine(EngineBase):
 
     async def shutdown(self) -> None:
         client, self._client, self.ready = self._client, None, None
-        for task in list(self._tasks.values()):
-            task.cancel()
+        for stop in self._stops.values():
+            stop.set()
         if client is not None:
             await client.close()
             self._status("stopped", f"disconnected from {self.profile.base_url}")
@@ -146,7 +149,24 @@ class RemoteEngine(EngineBase):
     # ---- requests ----------------------------------------------------------------------------
 
     async def abort(self, request_id: str) -> None:
-        self._aborted.add(request_id)
+        self._stops.setdefault(request_id, asyncio.Event()).set()
+
+    async def _until_stopped(self, awaitable: Any, rid: str, timeout: float | None) -> Any:
+        """Await the next step of a reply unless it is aborted first (raises _Aborted) or times out."""
+        step = asyncio.ensure_future(awaitable)
+        stopper = asyncio.ensure_future(self._stops.setdefault(rid, asyncio.Event()).wait())
+        try:
+            done, _ = await asyncio.wait({step, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if step in done:
+            return step.result()
+        step.cancel()
+        with contextlib.suppress(BaseException):
+            await step
+        if self._stops[rid].is_set():
+            raise _Aborted
+        raise asyncio.TimeoutError
 
     def request_answer_now(self, request_id: str) -> None:
         """A remote server can't be told to stop thinking mid-stream; the reply goes on."""
@@ -191,20 +211,15 @@ class RemoteEngine(EngineBase):
                 "temperature": sampling.temperature, "top_p": sampling.top_p,
                 "max_tokens": sampling.think_budget + sampling.max_tokens, "stream_options": {"include_usage": True}}
             # The server may take its time before the first chunk: that wait is what the budget bounds.
-            stream: AsyncIterator[Any] = await asyncio.wait_for(
-                self._client.chat.completions.create(**kwargs), self.first_token_timeout_s)
+            stream: AsyncIterator[Any] = await self._until_stopped(
+                self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
             async with contextlib.aclosing(stream) as chunks:  # type: ignore[type-var]
                 iterator = aiter(chunks)
                 while True:
                     try:
-                        if first_at is None:
-                            chunk = await asyncio.wait_for(anext(iterator), self.first_token_timeout_s)
-                        else:
-                            chunk = await anext(iterator)
+                        chunk = await self._until_stopped(
+                            anext(iterator), rid, self.first_token_timeout_s if first_at is None else None)
                     except StopAsyncIteration:
-                        break
-                    if rid in self._aborted:
-                        finish = "abort"
                         break
                     if chunk.usage is not None:
                         usage = {"prompt_tokens": chunk.usage.prompt_tokens or 0,
@@ -232,6 +247,8 @@ class RemoteEngine(EngineBase):
                         yield metrics("answer" if texts.answer else "thinking")
             for event in texts.take(rid, splitter.flush()):
                 yield event
+        except _Aborted:
+            finish = "abort"
         except asyncio.CancelledError:
             yield Finished(rid, "abort", texts.thinking_text, texts.answer_text, metrics("answer"))
             raise
@@ -244,7 +261,7 @@ class RemoteEngine(EngineBase):
             yield Finished(rid, "error", texts.thinking_text, texts.answer_text, metrics("answer"))
             return
         finally:
-            self._aborted.discard(rid)
+            self._stops.pop(rid, None)
         final = metrics("answer")
         yield final
         yield Finished(rid, finish, texts.thinking_text, texts.answer_text, final)
