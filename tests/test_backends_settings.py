@@ -273,3 +273,44 @@ def test_settings_without_backend_sections_still_load(isolated_dirs: Path) -> No
     settings, notice = load_settings()
     assert notice is None and settings.backends == BackendsConfig() and not settings.api_server.enabled
     assert settings.engine == EngineConfig(max_model_len=2048)
+
+
+def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the_keyring(
+        qtbot, make_window, memory_keyring: MemoryKeyring) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    profile = EndpointProfile(name="gpu-box", base_url=url)
+    keys = KeyStore()
+    keys.set(profile_entry("gpu-box"), "sk-old")
+    settings = Settings(backends=BackendsConfig(profiles=(profile,), active="gpu-box"))
+    window = make_window(build_engine(settings.backends, keys), settings, start=False)
+    window.keys = keys
+    window._engine_keys = keys.profile_changes
+    assert window.bridge.engine._api_key == "sk-old"
+
+    dialog = window.open_settings()
+    qtbot.keyClicks(dialog.backends_panel.key_edit, SECRET)
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    qtbot.waitUntil(lambda: getattr(window.bridge.engine, "_api_key", None) == SECRET, timeout=10_000)
+
+    dialog = window.open_settings()
+    panel = dialog.backends_panel
+    panel.name_edit.setText("")
+    qtbot.keyClicks(panel.name_edit, "big-box")
+    panel.add_button.click()
+    panel.remove_button.click()  # removes the new, unsaved one
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    assert memory_keyring.passwords == {(SERVICE, "profile:big-box"): SECRET}
+    qtbot.waitUntil(lambda: getattr(window.bridge.engine, "backend_name", "") == "big-box", timeout=10_000)
+
+    dialog = window.open_settings()
+    panel = dialog.backends_panel
+    panel.add_button.click()  # "remote-1", on the same closed port
+    panel.url_edit.setText("")
+    qtbot.keyClicks(panel.url_edit, url)
+    panel.active_combo.setCurrentIndex(panel.active_combo.findData("remote-1"))
+    panel.list.setCurrentRow(0)
+    panel.remove_button.click()  # big-box
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    assert memory_keyring.passwords == {}, "a removed profile's key leaves the keyring"
+    assert [p.name for p in load_settings()[0].backends.profiles] == ["remote-1"]
+    qtbot.waitUntil(lambda: getattr(window.bridge.engine, "backend_name", "") == "remote-1", timeout=10_000)

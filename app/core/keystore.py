@@ -27,8 +27,11 @@ def new_token() -> str:
     return "nalar-" + secrets.token_urlsafe(32)
 
 
+PROFILE_PREFIX = "profile:"
+
+
 def profile_entry(profile_name: str) -> str:
-    return f"profile:{profile_name}"
+    return PROFILE_PREFIX + profile_name
 
 
 class KeyStore:
@@ -37,6 +40,7 @@ class KeyStore:
     def __init__(self) -> None:
         self._memory: dict[str, str] = {}
         self.notice: str | None = None
+        self.profile_changes = 0  # bumped when a profile's key changes: engines built before it are stale
 
     @property
     def persistent(self) -> bool:
@@ -61,6 +65,8 @@ class KeyStore:
 
     def set(self, entry: str, secret: str) -> bool:
         """Store ``secret``; True if it went to the OS keyring, False if it is kept in memory only."""
+        if entry.startswith(PROFILE_PREFIX):
+            self.profile_changes += 1
         if self.persistent:
             try:
                 keyring.set_password(SERVICE, entry, secret)
@@ -74,6 +80,8 @@ class KeyStore:
         return False
 
     def delete(self, entry: str) -> None:
+        if entry.startswith(PROFILE_PREFIX):
+            self.profile_changes += 1
         self._memory.pop(entry, None)
         if self.persistent:
             try:

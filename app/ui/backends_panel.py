@@ -41,6 +41,8 @@ class BackendsPanel(QGroupBox):
         self.keys = keys
         self.profiles: list[dict[str, str]] = [p.model_dump() for p in backends.profiles]
         self.new_keys: dict[str, str] = {}  # profile name → key typed in this dialog
+        self.renamed: dict[str, str] = {}  # new name → the name its stored key is under
+        self.removed: set[str] = set()
 
         self.list = QListWidget()
         self.list.setMaximumHeight(90)
@@ -149,6 +151,7 @@ class BackendsPanel(QGroupBox):
         if 0 <= row < len(self.profiles):
             removed = self.profiles.pop(row)
             self.new_keys.pop(removed["name"], None)
+            self.removed.add(self.renamed.pop(removed["name"], removed["name"]))
             self._refresh(max(0, row - 1), self.active_combo.currentData(), self.fallback_combo.currentData())
 
     def _edit_profile(self) -> None:
@@ -159,8 +162,10 @@ class BackendsPanel(QGroupBox):
         new_name = self.name_edit.text().strip()
         self.profiles[row] = {"name": new_name, "base_url": self.url_edit.text().strip(),
                               "model": self.model_edit.text().strip()}
-        if old_name in self.new_keys and old_name != new_name:
-            self.new_keys[new_name] = self.new_keys.pop(old_name)
+        if old_name != new_name:
+            if old_name in self.new_keys:
+                self.new_keys[new_name] = self.new_keys.pop(old_name)
+            self.renamed[new_name] = self.renamed.pop(old_name, old_name)
         self.list.item(row).setText(f"{new_name} — {self.profiles[row]['base_url']}")
         for combo in (self.active_combo, self.fallback_combo):
             combo.setItemText(row + 1, new_name)
@@ -193,10 +198,22 @@ class BackendsPanel(QGroupBox):
                               first_token_budget_s=self.budget.value())
 
     def store_keys(self) -> None:
+        """Write typed keys; a renamed profile takes its stored key along; a removed one's is deleted."""
+        names = {p["name"] for p in self.profiles}
+        for new_name, old_name in self.renamed.items():
+            stored = self.keys.get(profile_entry(old_name))
+            if new_name in names and stored and not self.new_keys.get(new_name):
+                self.keys.set(profile_entry(new_name), stored)
+            if old_name not in names:
+                self.removed.add(old_name)
         for name, key in self.new_keys.items():
             if key:
                 self.keys.set(profile_entry(name), key)
+        for name in self.removed - names:
+            self.keys.delete(profile_entry(name))
         self.new_keys.clear()
+        self.renamed.clear()
+        self.removed.clear()
 
 
 class ApiServerPanel(QGroupBox):

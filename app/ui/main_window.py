@@ -83,6 +83,7 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.bridge = EngineBridge(engine, self)
         self.keys = keys or KeyStore()
+        self._engine_keys = self.keys.profile_changes  # a key changed since then: rebuild the engine
         self.api_server: LocalApiServer | None = None
         self.conversations: list[Conversation] = []
         self.current_request: str | None = None
@@ -306,7 +307,8 @@ class MainWindow(QMainWindow):
         if failure.fallback:
             change = ", ".join(f"{k} = {v}" for k, v in failure.fallback.items())
             action = f"Retry with {change}"
-        elif failure.kind in (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGINE_START_FAILED):
+        elif failure.kind in (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGINE_START_FAILED,
+                              FailureKind.UNREACHABLE, FailureKind.TIMEOUT):
             action = "Restart engine"
         else:
             action = None
@@ -534,13 +536,14 @@ class MainWindow(QMainWindow):
 
     def apply_settings(self, settings: Settings) -> None:
         """Save; restart the engine (keeping the conversation) only if an engine or backend setting changed."""
-        switch = settings.backends != self.settings.backends
+        switch = settings.backends != self.settings.backends or self.keys.profile_changes != self._engine_keys
         restart = switch or settings.engine != self.settings.engine or self.bridge.ready is None
         self.settings = settings
         save_settings(settings)
         if switch and not self.streaming:
             from app.engine.backends import build_engine
 
+            self._engine_keys = self.keys.profile_changes
             self.switch_engine(build_engine(settings.backends, self.keys))
         elif restart and not self.streaming:
             self.start_engine(settings.engine)

@@ -377,9 +377,9 @@ class SettingsDialog(QDialog):
     def _on_ok(self) -> None:
         if self.candidate is None:
             return
-        keys_changed = bool(self.backends_panel.new_keys)
+        keys_before = self.keys.profile_changes
         self.backends_panel.store_keys()
-        if self.candidate != self.original or keys_changed:
+        if self.candidate != self.original or self.keys.profile_changes != keys_before:
             self.applied.emit(self.candidate)
         self.accept()
 
