@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import httpx
@@ -107,3 +108,19 @@ def test_nalar_as_the_remote_of_another_nalar(api_server: LocalApiServer) -> Non
     finally:
         good.close()
         bad.close()
+
+
+def test_a_client_that_leaves_mid_stream_ends_its_request_in_the_engine(api_server: LocalApiServer, qtbot,
+                                                                       caplog) -> None:
+    caplog.set_level(logging.INFO, logger="app.engine.api_server")
+    engine = api_server.engine
+    body = {"messages": [{"role": "user", "content": "Write a long story."}], "stream": True, "max_tokens": 400}
+    with httpx.stream("POST", api_server.url + "/chat/completions", json=body, timeout=60,
+                      headers={"Authorization": f"Bearer {api_server._token}"}) as response:
+        lines = response.iter_lines()
+        while "reasoning_content" not in next(lines):
+            pass
+        assert engine._live, "the request is running in the engine"
+    # The connection is closed: the server notices at its next write and aborts the request.
+    qtbot.waitUntil(lambda: not engine._live, timeout=30_000)
+    assert "API client left during api-" in caplog.text, "ended by the abort, not by running to its end"
