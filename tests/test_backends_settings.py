@@ -291,6 +291,7 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     qtbot.keyClicks(dialog.backends_panel.key_edit, SECRET)
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
     qtbot.waitUntil(lambda: getattr(window.bridge.engine, "_api_key", None) == SECRET, timeout=10_000)
+    qtbot.waitUntil(window.banner.isVisible, timeout=10_000)  # the new engine tried its closed port
 
     dialog = window.open_settings()
     panel = dialog.backends_panel
@@ -301,6 +302,7 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
     assert memory_keyring.passwords == {(SERVICE, "profile:big-box"): SECRET}
     qtbot.waitUntil(lambda: getattr(window.bridge.engine, "backend_name", "") == "big-box", timeout=10_000)
+    qtbot.waitUntil(lambda: "profile “big-box”" in window.banner.text(), timeout=10_000)
 
     dialog = window.open_settings()
     panel = dialog.backends_panel
@@ -314,3 +316,4 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     assert memory_keyring.passwords == {}, "a removed profile's key leaves the keyring"
     assert [p.name for p in load_settings()[0].backends.profiles] == ["remote-1"]
     qtbot.waitUntil(lambda: getattr(window.bridge.engine, "backend_name", "") == "remote-1", timeout=10_000)
+    qtbot.waitUntil(lambda: "profile “remote-1”" in window.banner.text(), timeout=10_000)  # its start is over
