@@ -234,6 +234,7 @@ class EngineHost(EngineBase):
             kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
         else:
             kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+            kwargs["tensor_parallel_size"] = config.tensor_parallel_size
         backend = capability.attention_backend_for(config.kv_cache_dtype, probe)
         if backend:
             os.environ["VLLM_ATTENTION_BACKEND"] = backend
