@@ -225,8 +225,9 @@ def test_a_sharded_models_index_names_the_scales_file(tmp_path: Path) -> None:
     folder = tmp_path / "sharded"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    save_file({"a": torch.zeros(1)}, str(folder / "model-00001-of-00001.safetensors"))
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001-of-00001.safetensors"}}))
+    shard = "model-00001-of-00001.safetensors"
+    save_file({"a": torch.zeros(1)}, str(folder / shard))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": shard}}))
     out = write_calibrated_model(folder, LayerScales("fp8_e4m3", (0.5,), (0.25,)), ["model.layers.0.self_attn"])
     index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
     assert index["model.layers.0.self_attn.k_scale"] == SCALES_FILE == index["model.layers.0.self_attn.v_scale"]
