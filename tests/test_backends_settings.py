@@ -152,6 +152,7 @@ def test_the_keyring_notice_shows_when_there_is_none(qtbot, no_keyring) -> None:
     settings = Settings(backends=BackendsConfig(profiles=(EndpointProfile(name="a", base_url="http://h:1/v1"),)))
     dialog = open_dialog(qtbot, settings, KeyStore())
     dialog.show()
+    dialog.tabs.setCurrentIndex(dialog.tabs.indexOf(dialog.backends_panel.parentWidget()))
     assert dialog.backends_panel.key_notice.isVisible()
     assert "memory for this session only" in dialog.backends_panel.key_notice.text()
     dialog.close()

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -78,7 +79,7 @@ class SettingsDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Nalar settings")
         self.setObjectName("SettingsDialog")
-        self.resize(760, 900)
+        self.resize(760, 660)  # tabs keep it on a 768-px laptop screen
         self.probe = probe or capability.probe_hardware()
         self.original = settings
         self.editors: dict[tuple[str, str], QWidget] = {}
@@ -94,6 +95,10 @@ class SettingsDialog(QDialog):
         self.planner_view.setMinimumHeight(170)
 
         layout = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("SettingsTabs")
+        layout.addWidget(self.tabs)
+        pages: dict[str, QVBoxLayout] = {}
         for section, schema in SECTIONS:
             box = QGroupBox("Engine (restarts the engine)" if section == "engine" else "Sampling")
             form = QFormLayout(box)
@@ -110,17 +115,26 @@ class SettingsDialog(QDialog):
                 cell_layout.addWidget(error)
                 form.addRow(_label(name), cell)
                 self.errors[(section, name)] = error
-            layout.addWidget(box)
+            page = QWidget()
+            pages[section] = QVBoxLayout(page)
+            pages[section].addWidget(box)
+            self.tabs.addTab(page, "Model && engine" if section == "engine" else "Sampling")
         self.keys = keys or KeyStore()
         self.backends_panel = BackendsPanel(settings.backends, self.keys)
         self.api_server_panel = ApiServerPanel(settings.api_server, self.keys)
         self.backends_panel.changed.connect(self.revalidate)
         self.api_server_panel.changed.connect(self.revalidate)
-        layout.addWidget(self.backends_panel)
-        layout.addWidget(self.api_server_panel)
-        layout.addWidget(self.reasons)
-        layout.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
-        layout.addWidget(self.planner_view)
+        for panel, title in ((self.backends_panel, "Backends"), (self.api_server_panel, "Local API server")):
+            page = QWidget()
+            page_layout = QVBoxLayout(page)
+            page_layout.addWidget(panel)
+            page_layout.addStretch(1)
+            self.tabs.addTab(page, title)
+        engine_page = pages["engine"]
+        engine_page.addWidget(self.reasons)
+        engine_page.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
+        engine_page.addWidget(self.planner_view)
+        pages["sampling"].addStretch(1)
         layout.addWidget(self.form_error)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
                                         | QDialogButtonBox.StandardButton.Cancel)
