@@ -34,7 +34,7 @@ from app.core.kv_quality import (
     fp8_round,
     run_quality_check,
 )
-from tests.conftest import require_embedded_model, vllm_processes
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,6 +157,7 @@ if __name__ == "__main__":
 
 @pytest.mark.real_engine
 def test_calibration_rescues_overflowing_keys_and_vllm_loads_the_scales(tmp_path: Path) -> None:
+    before = child_pids()  # the session's shared engine, when one runs
     model = _wide_key_model(tmp_path / "wide-keys")
     out = tmp_path / "wide-keys-calibrated"
     code, lines = _run_job(["calibrate", "--model", str(model), "--out", str(out), "--prompts", "1",
@@ -199,7 +200,7 @@ def test_calibration_rescues_overflowing_keys_and_vllm_loads_the_scales(tmp_path
         assert [k for k, _ in loaded["scales"]] == pytest.approx(list(written.k), rel=1e-6)
         assert [v for _, v in loaded["scales"]] == pytest.approx(list(written.v), rel=1e-6)
         assert "Using KV cache scaling factor 1.0" not in proc.stderr + proc.stdout
-    assert not vllm_processes(), "vLLM left processes behind"
+    assert not vllm_processes(before), "vLLM left processes behind"
 
 
 # ---- bad input -----------------------------------------------------------------------------------
