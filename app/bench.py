@@ -58,7 +58,6 @@ async def _raw_run(host: Any, tokens: int, index: int, messages: list[dict[str, 
     whole request instead, from the call to the last token, as a user waits for it.
     """
     from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
     ids, _ = host.fit_prompt(messages or PROMPT, reserve=tokens, opened_think=False)
@@ -67,7 +66,7 @@ async def _raw_run(host: Any, tokens: int, index: int, messages: list[dict[str, 
     called = time.perf_counter()
     first = last = None
     count = 0
-    async for output in host._engine.generate(TokensPrompt(prompt_token_ids=ids), params, f"raw-{index}"):
+    async for output in host._engine.generate(host.engine_prompt(ids), params, f"raw-{index}"):
         now = time.perf_counter()
         n = len(output.outputs[0].token_ids)
         if n and first is None and not include_prefill:

@@ -79,6 +79,15 @@ def _save(kind: str, folder: Path, data: dict[str, Any]) -> Path:
     return out
 
 
+def _finish(kind: str, folder: Path, data: dict[str, Any], *, as_json: bool, jsonl: bool,
+            text: str) -> dict[str, Any]:
+    """Save the report, and print it for a terminal (job lines carry it to the app instead)."""
+    data["saved"] = str(_save(kind, folder, data))
+    if not jsonl:
+        print(json.dumps(data, indent=2) if as_json else f"{text}\nsaved: {data['saved']}")
+    return data
+
+
 def _cancel_on_signals() -> threading.Event:
     """SIGTERM (the app's Cancel) and SIGINT (Ctrl-C) stop the job between steps."""
     cancel = threading.Event()
@@ -131,12 +140,10 @@ def run_kv_check(model: str | None, *, prompts: int, tokens: int, as_json: bool,
                                    calibrated={"fp8_e4m3": stored} if stored else None,
                                    trust_remote_code=trust, progress=writer.progress, cancel=cancel)
         data = _report_dict(report)
-        data["saved"] = str(_save("check", folder, data))
-        if not jsonl:
-            print(json.dumps(data, indent=2) if as_json else
-                  f"{format_report(report)}\n\nadvice: {data['advice']['kv_dtype']} "
-                  f"({data['advice']['confidence']} confidence): {data['advice']['reason']}\nsaved: {data['saved']}")
-        return data
+        advice = data["advice"]
+        return _finish("check", folder, data, as_json=as_json, jsonl=jsonl, text=(
+            f"{format_report(report)}\n\nadvice: {advice['kv_dtype']} ({advice['confidence']} confidence): "
+            f"{advice['reason']}"))
 
     return _run_job(writer, job)
 
@@ -178,12 +185,9 @@ def run_calibrate(model: str | None, out: str | None, *, prompts: int, tokens: i
         data = {"calibrated_model": str(calibrated), "before": _report_dict(before), "after": _report_dict(after),
                 "advice": _report_dict(report)["advice"],
                 "layer_amax": {"k": [round(a, 4) for a in k_amax], "v": [round(a, 4) for a in v_amax]}}
-        data["saved"] = str(_save("calibration", folder, data))
-        if not jsonl:
-            print(json.dumps(data, indent=2) if as_json else
-                  f"{format_report(report)}\n\ncalibrated model: {calibrated}\n"
-                  f"use it: choose that folder in Settings (KV cache dtype fp8_e4m3)\nsaved: {data['saved']}")
-        return data
+        return _finish("calibration", folder, data, as_json=as_json, jsonl=jsonl, text=(
+            f"{format_report(report)}\n\ncalibrated model: {calibrated}\n"
+            "use it: choose that folder in Settings (KV cache dtype fp8_e4m3)"))
 
     return _run_job(writer, job)
 

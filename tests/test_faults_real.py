@@ -107,6 +107,30 @@ def test_no_memory_retry_engine_killed_restart_and_close_mid_reply(qtbot, make_w
     assert secret not in engine_log
 
 
+def _engine_core_started(before: set[int]) -> bool:
+    try:
+        return any(p.pid not in before and p.name() == "VLLM::EngineCore"
+                   for p in psutil.Process().children(recursive=True))
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.real_engine
+def test_closing_while_the_engine_loads_is_quick_and_leaves_nothing(qtbot, make_window) -> None:
+    """The load blocks the engine loop for tens of seconds; closing must not wait for it to end."""
+    before = child_pids()
+    engine = EngineHost()
+    window = make_window(engine, Settings(engine=EngineConfig(model=str(require_embedded_model()),
+                                                              max_model_len=2048)))
+    qtbot.waitUntil(lambda: _engine_core_started(before), timeout=300_000)
+    assert engine._loading_since_children is not None, "the engine finished loading before the test closed it"
+    started = time.monotonic()
+    window.close()
+    assert time.monotonic() - started < 15
+    assert vllm_processes(before) == []
+    assert not engine.loop_thread.alive
+
+
 def _wait_for(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 from hypothesis import given, settings
@@ -34,7 +35,8 @@ from app.core.kv_quality import (
     fp8_round,
     run_quality_check,
 )
-from tests.conftest import require_embedded_model, vllm_processes
+from app.engine.orphans import same_process
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -143,6 +145,7 @@ def _run_job(args: list[str], timeout: float = 900) -> tuple[int, list]:
 
 VLLM_LOAD_SCRIPT = """
 import json, os, sys
+import psutil
 os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # apply_model sends a function to the worker
 from vllm import LLM, SamplingParams
 from app.core.kv_calibration import vllm_loaded_scales
@@ -151,12 +154,14 @@ if __name__ == "__main__":
     llm = LLM(model=sys.argv[1], kv_cache_dtype=sys.argv[2], max_model_len=1024, max_num_seqs=2, enforce_eager=True)
     scales = llm.apply_model(vllm_loaded_scales)[0]
     text = llm.generate(["Count to five:"], SamplingParams(max_tokens=12, temperature=0))[0].outputs[0].text
-    print("RESULT " + json.dumps({"scales": scales, "text": text}), flush=True)
+    children = [[p.pid, p.create_time()] for p in psutil.Process().children(recursive=True)]
+    print("RESULT " + json.dumps({"scales": scales, "text": text, "children": children}), flush=True)
 """
 
 
 @pytest.mark.real_engine
 def test_calibration_rescues_overflowing_keys_and_vllm_loads_the_scales(tmp_path: Path) -> None:
+    before = child_pids()  # the session's shared engine, when one runs
     model = _wide_key_model(tmp_path / "wide-keys")
     out = tmp_path / "wide-keys-calibrated"
     code, lines = _run_job(["calibrate", "--model", str(model), "--out", str(out), "--prompts", "1",
@@ -199,7 +204,11 @@ def test_calibration_rescues_overflowing_keys_and_vllm_loads_the_scales(tmp_path
         assert [k for k, _ in loaded["scales"]] == pytest.approx(list(written.k), rel=1e-6)
         assert [v for _, v in loaded["scales"]] == pytest.approx(list(written.v), rel=1e-6)
         assert "Using KV cache scaling factor 1.0" not in proc.stderr + proc.stdout
-    assert not vllm_processes(), "vLLM left processes behind"
+    assert not vllm_processes(before), "vLLM left processes behind"
+    # The script's own engine processes would be re-parented, not ours: check them by pid and start time.
+    leftover = [proc for pid, created in loaded["children"] if (proc := same_process(pid, created))]
+    _, alive = psutil.wait_procs(leftover, timeout=30)
+    assert not [p for p in alive if "resource_tracker" not in " ".join(p.cmdline())], "the vLLM script left processes"
 
 
 # ---- bad input -----------------------------------------------------------------------------------
@@ -225,8 +234,9 @@ def test_a_sharded_models_index_names_the_scales_file(tmp_path: Path) -> None:
     folder = tmp_path / "sharded"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    save_file({"a": torch.zeros(1)}, str(folder / "model-00001-of-00001.safetensors"))
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-00001-of-00001.safetensors"}}))
+    shard = "model-00001-of-00001.safetensors"
+    save_file({"a": torch.zeros(1)}, str(folder / shard))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": shard}}))
     out = write_calibrated_model(folder, LayerScales("fp8_e4m3", (0.5,), (0.25,)), ["model.layers.0.self_attn"])
     index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
     assert index["model.layers.0.self_attn.k_scale"] == SCALES_FILE == index["model.layers.0.self_attn.v_scale"]

@@ -21,6 +21,7 @@ class Turn:
     message_id: int | None = None  # its row in the history database
     model: str = ""
     kv_cache_dtype: str = ""
+    backend: str = ""  # which backend answered: "local" or a remote profile's name
 
 
 @dataclass

@@ -41,12 +41,17 @@ CREATE TABLE IF NOT EXISTS messages (
     ttft_s REAL,
     tok_s REAL NOT NULL DEFAULT 0,
     finish_reason TEXT,
+    backend TEXT NOT NULL DEFAULT '',
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     UNIQUE (conversation_id, position)
 );
-PRAGMA user_version = 1;
 """
+SCHEMA_VERSION = 2
+# Each step brings a database of version N (the key) to N + 1.
+MIGRATIONS = {
+    1: "ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''",
+}
 
 
 def history_path() -> Path:
@@ -84,11 +89,23 @@ class HistoryStore:
             check = db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+            fresh = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'messages'").fetchone()[0] == 0
             db.executescript(SCHEMA)
+            self._migrate(db, fresh)
         except sqlite3.DatabaseError:
             db.close()
             raise
         return db
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection, fresh: bool) -> None:
+        """A new file has the current schema already; an older one is brought up step by step."""
+        version = SCHEMA_VERSION if fresh else max(1, db.execute("PRAGMA user_version").fetchone()[0])
+        with db:
+            while version < SCHEMA_VERSION:
+                db.execute(MIGRATIONS[version])
+                version += 1
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
         self._db.close()
@@ -124,7 +141,8 @@ class HistoryStore:
                     user=message["user_text"], thinking=message["thinking_text"], answer=message["answer_text"],
                     finish_reason=message["finish_reason"], thinking_tokens=message["thinking_tokens"],
                     answer_tokens=message["answer_tokens"], ttft_s=message["ttft_s"], answer_tok_s=message["tok_s"],
-                    message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"]))
+                    message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"],
+                    backend=message["backend"]))
             found.append(conversation)
         return found
 
@@ -137,12 +155,13 @@ class HistoryStore:
         self.save_conversation(conversation)
         with self._db:
             self._db.execute(
-                "INSERT INTO messages (conversation_id, position, user_text, model, kv_cache_dtype, created_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(conversation_id, position) DO UPDATE SET "
-                "user_text = excluded.user_text, thinking_text = '', answer_text = '', model = excluded.model, "
-                "kv_cache_dtype = excluded.kv_cache_dtype, thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, "
-                "tok_s = 0, finish_reason = NULL, updated_at = excluded.updated_at",
-                (conversation.id, position, turn.user, turn.model, turn.kv_cache_dtype, now, now))
+                "INSERT INTO messages (conversation_id, position, user_text, model, kv_cache_dtype, backend, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(conversation_id, position) "
+                "DO UPDATE SET user_text = excluded.user_text, thinking_text = '', answer_text = '', "
+                "model = excluded.model, kv_cache_dtype = excluded.kv_cache_dtype, backend = excluded.backend, "
+                "thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, tok_s = 0, finish_reason = NULL, "
+                "updated_at = excluded.updated_at",
+                (conversation.id, position, turn.user, turn.model, turn.kv_cache_dtype, turn.backend, now, now))
             message_id = self._db.execute("SELECT id FROM messages WHERE conversation_id = ? AND position = ?",
                                           (conversation.id, position)).fetchone()[0]
         turn.message_id = message_id
@@ -161,9 +180,9 @@ class HistoryStore:
         with self._db:
             self._db.execute(
                 "UPDATE messages SET thinking_text = ?, answer_text = ?, thinking_tokens = ?, answer_tokens = ?, "
-                "ttft_s = ?, tok_s = ?, finish_reason = ?, updated_at = ? WHERE id = ?",
+                "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, updated_at = ? WHERE id = ?",
                 (turn.thinking, turn.answer, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s, turn.answer_tok_s,
-                 turn.finish_reason or "stop", time.time(), turn.message_id))
+                 turn.finish_reason or "stop", turn.backend, time.time(), turn.message_id))
 
     def message_row(self, message_id: int) -> dict[str, Any]:
         row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
@@ -187,6 +206,7 @@ def export_json(conversation: Conversation) -> str:
     return json.dumps({
         "id": conversation.id, "title": conversation.title,
         "messages": [{"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
-                      "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "thinking_tokens": t.thinking_tokens,
+                      "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend,
+                      "thinking_tokens": t.thinking_tokens,
                       "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s, "tok_s": t.answer_tok_s}
                      for t in conversation.turns]}, indent=2, ensure_ascii=False)

@@ -43,6 +43,8 @@ class EngineConfig(BaseModel):
     trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless opted in.")
     reasoning_mode: bool = Field(
         True, description="For models without native thinking: open <think> and give them a think budget.")
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="Split the model across this many local GPUs (tensor parallel; GPU only).")
 
 
 class SamplingConfig(BaseModel):
@@ -57,12 +59,53 @@ class SamplingConfig(BaseModel):
     think_budget: int = Field(1024, ge=0, le=131_072, description="Most thinking tokens before the answer is forced.")
 
 
+LOCAL_PROFILE = "local"
+
+
+class EndpointProfile(BaseModel):
+    """A remote OpenAI-compatible endpoint. Its API key lives in the OS keyring under ``name``, never here."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, description="Shown in the UI and recorded with each reply.")
+    base_url: str = Field(pattern=r"^https?://\S+$", description="For example http://gpu-box:8000/v1.")
+    model: str = Field("", description="Model id on the server; empty means the first one it serves.")
+
+
+class BackendsConfig(BaseModel):
+    """Which engine answers: the local one or a remote profile, with an optional fallback."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    profiles: tuple[EndpointProfile, ...] = Field((), description="Remote endpoints (OpenAI-compatible).")
+    active: str = Field(LOCAL_PROFILE, description="The backend that answers first: 'local' or a profile name.")
+    fallback: str = Field("", description="Profile that answers when the active one can't; empty means none.")
+    fallback_to_local: bool = Field(
+        False, description="When the active backend is remote and fails, answer with the local engine.")
+    first_token_budget_s: float = Field(
+        5.0, ge=0.5, le=600, description="Seconds the active backend gets to send its first token.")
+
+    def profile(self, name: str) -> EndpointProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
+class ApiServerConfig(BaseModel):
+    """Serve the loaded model to other apps on this machine. Its bearer token lives in the keyring."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    enabled: bool = Field(False, description="Serve an OpenAI-compatible API on 127.0.0.1.")
+    port: int = Field(8765, ge=1024, le=65535, description="Port on 127.0.0.1.")
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     schema_version: int = SCHEMA_VERSION
     engine: EngineConfig = Field(default_factory=EngineConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    backends: BackendsConfig = Field(default_factory=BackendsConfig)
+    api_server: ApiServerConfig = Field(default_factory=ApiServerConfig)
 
 
 # Migrations take the raw dict of version N and return version N + 1.

@@ -17,6 +17,8 @@ EventSink = Callable[[EngineEvent], None]
 class EngineBase:
     """Owns the engine loop thread. Subclasses implement start/generate/abort/shutdown."""
 
+    backend_name = "local"  # recorded with each reply: "local" or a remote profile's name
+
     def __init__(self, on_status: EventSink | None = None) -> None:
         self.loop_thread = EngineLoopThread()
         self._on_status = on_status or (lambda event: None)

@@ -14,6 +14,9 @@ class FailureKind(enum.Enum):
     PROMPT_TOO_LONG = "prompt too long"
     REQUEST_FAILED = "request failed"
     NOT_READY = "engine not ready"
+    UNREACHABLE = "endpoint unreachable"
+    UNAUTHORIZED = "API key refused"
+    TIMEOUT = "no first token within the budget"
 
 
 class EngineFailure(Exception):

@@ -84,10 +84,19 @@ class Finished:
 
 
 @dataclass(frozen=True)
+class BackendChosen:
+    """Which backend answers this request ("local" or a profile name), and why, when it is the fallback."""
+
+    request_id: str
+    backend: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class EngineErrorEvent:
     request_id: str | None
     failure: EngineFailure = field(compare=False)
 
 
 EngineEvent = (StatusChanged | EngineReady | ThinkingDelta | AnswerDelta | ContextTrimmed
-               | Metrics | Finished | EngineErrorEvent)
+               | Metrics | Finished | EngineErrorEvent | BackendChosen)

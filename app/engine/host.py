@@ -112,6 +112,14 @@ class _PhaseRate:
         return 1000.0 / self._ema_ms if self._ema_ms else 0.0
 
 
+def _is_resource_tracker(proc: psutil.Process) -> bool:
+    """multiprocessing's helper lives as long as we do, not as long as an engine."""
+    try:
+        return "resource_tracker" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return True
+
+
 def _classify_start_failure(exc: BaseException, engine_log: str, config: EngineConfig) -> EngineFailure:
     text = f"{exc}\n{engine_log}"
     lowered = text.lower()
@@ -171,6 +179,7 @@ class EngineHost(EngineBase):
         self.kv = KvStats()
         self.engine_log = vllm_logging.engine_log_path()
         self._engine_processes: list[tuple[int, float]] = []  # (pid, start time) of this engine's processes
+        self._loading_since_children: set[int] | None = None  # our child pids before a load began, while it runs
         self._live: dict[str, str] = {}  # our request id → vLLM's current request id
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
@@ -234,6 +243,7 @@ class EngineHost(EngineBase):
             kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
         else:
             kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+            kwargs["tensor_parallel_size"] = config.tensor_parallel_size
         backend = capability.attention_backend_for(config.kv_cache_dtype, probe)
         if backend:
             os.environ["VLLM_ATTENTION_BACKEND"] = backend
@@ -242,6 +252,7 @@ class EngineHost(EngineBase):
         log_offset = vllm_logging.log_size(engine_log)
         self.kv = KvStats()
         children_before = {p.pid for p in psutil.Process().children(recursive=True)}
+        self._loading_since_children = children_before
         try:
             # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
             # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
@@ -250,6 +261,8 @@ class EngineHost(EngineBase):
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
             raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
+        finally:
+            self._loading_since_children = None
 
         self.config = config
         self._engine_processes = [(p.pid, p.create_time()) for p in psutil.Process().children(recursive=True)
@@ -288,6 +301,17 @@ class EngineHost(EngineBase):
 
     def close(self, timeout: float = 30.0) -> None:
         """Shut down; if vLLM's shutdown didn't finish in time, end its processes ourselves."""
+        loading_since = self._loading_since_children
+        if loading_since is not None:
+            # The loop is blocked in from_engine_args, so a shutdown would wait for the whole load.
+            # Ending the processes it started makes the load fail now, and the loop free.
+            starting = [p for p in psutil.Process().children(recursive=True)
+                        if p.pid not in loading_since and not _is_resource_tracker(p)]
+            log.info("closing while the engine loads: ending %d engine process(es)", len(starting))
+            for proc in starting:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(starting, timeout=5)
         super().close(timeout)
         leftover = [proc for pid, created in self._engine_processes if (proc := same_process(pid, created))]
         if leftover:
@@ -364,10 +388,20 @@ class EngineHost(EngineBase):
             self._answer_now.discard(rid)
             self._aborted.discard(rid)
 
+    def engine_prompt(self, ids: list[int]) -> Any:
+        """Token ids rendered the way vLLM now wants them (raw prompts are deprecated), or raw on a vLLM
+        without the Renderer API."""
+        from vllm.inputs import TokensPrompt
+
+        prompt = TokensPrompt(prompt_token_ids=ids)
+        renderer = getattr(self._engine, "renderer", None)
+        if renderer is None or not hasattr(renderer, "render_cmpl"):
+            return prompt
+        return renderer.render_cmpl([prompt])[0]
+
     async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str,
                         ignore_eos: bool) -> AsyncGenerator[EngineEvent, None]:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -422,7 +456,7 @@ class EngineHost(EngineBase):
                 self._live[rid] = vllm_id
                 if name == "answer":
                     rates["answer"].restart_clock(time.perf_counter())
-                stream = self._engine.generate(TokensPrompt(prompt_token_ids=ids), params, vllm_id)
+                stream = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
                 async with contextlib.aclosing(stream):
                     async for output in stream:
                         now = time.perf_counter()

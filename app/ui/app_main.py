@@ -42,15 +42,20 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
         welcome = offer_welcome(settings, probe)
         if not welcome:
             save_settings(settings)  # with a welcome dialog, the user's choice is saved instead
-    if engine is None:
-        from app.engine.host import EngineHost
+    from app.core.keystore import KeyStore
 
-        engine = EngineHost()
+    keys = KeyStore()
+    if engine is None:
+        from app.engine.backends import build_engine
+
+        engine = build_engine(settings.backends, keys)
 
     from app.ui.main_window import MainWindow
 
-    window = MainWindow(engine, settings, notice)
+    window = MainWindow(engine, settings, notice, keys=keys)
     window.show()
+    if keys.notice:  # a profile needed a key and there is no keyring to read it from
+        window.show_notice(keys.notice)
 
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)

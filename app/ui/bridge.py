@@ -18,6 +18,7 @@ from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, Message
 from app.engine.events import (
     AnswerDelta,
+    BackendChosen,
     ContextTrimmed,
     EngineErrorEvent,
     EngineEvent,
@@ -42,6 +43,7 @@ class EngineBridge(QObject):
     notice = Signal(str)
     error = Signal(object)            # EngineErrorEvent
     finished = Signal(object)         # Finished
+    backend_chosen = Signal(object)   # BackendChosen: which backend answers a request
 
     def __init__(self, engine: EngineBase, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -54,6 +56,11 @@ class EngineBridge(QObject):
         self._frame.setInterval(FRAME_MS)
         self._frame.timeout.connect(self.drain)
         self._frame.start()
+
+    def set_engine(self, engine: EngineBase) -> None:
+        """Switch backends (Settings → Backends); the caller shuts the old engine down."""
+        self.engine = engine
+        engine.set_status_sink(self.post)
 
     # ---- engine thread side ---------------------------------------------------------------
 
@@ -96,6 +103,8 @@ class EngineBridge(QObject):
                 self.status_changed.emit(event)
             elif isinstance(event, EngineErrorEvent):
                 self.error.emit(event)
+            elif isinstance(event, BackendChosen):
+                self.backend_chosen.emit(event)
             elif isinstance(event, ContextTrimmed):
                 self.notice.emit(f"The conversation is longer than the context: the oldest "
                                  f"{event.dropped_messages} message(s) were left out of this request.")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import html
 import logging
 import time
@@ -31,10 +33,13 @@ from qasync import asyncSlot
 from app.core import paths
 from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore, export_json, export_markdown
+from app.core.keystore import KeyStore
 from app.core.settings import EngineConfig, Settings, save_settings
+from app.engine.api_server import LocalApiServer
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
+from app.engine.events import BackendChosen, EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
+from app.engine.loop_thread import on_engine
 from app.ui.bridge import EngineBridge
 from app.ui.gauges import GaugeBar
 from app.ui.measure_dialog import MeasureDialog
@@ -73,12 +78,15 @@ class MainWindow(QMainWindow):
     reply_finished = Signal(object)  # Finished, after the window has taken it in (for tests and history)
 
     def __init__(self, engine: EngineBase, settings: Settings, settings_notice: str | None = None,
-                 history: HistoryStore | None = None) -> None:
+                 history: HistoryStore | None = None, keys: KeyStore | None = None) -> None:
         super().__init__()
         self.setWindowTitle("Nalar")
         self.resize(1280, 800)
         self.settings = settings
         self.bridge = EngineBridge(engine, self)
+        self.keys = keys or KeyStore()
+        self._engine_keys = self.keys.profile_changes  # a key changed since then: rebuild the engine
+        self.api_server: LocalApiServer | None = None
         self.conversations: list[Conversation] = []
         self.current_request: str | None = None
         self._answer_started = False
@@ -165,6 +173,9 @@ class MainWindow(QMainWindow):
         self.status_progress.setMaximumWidth(200)
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.status_progress)
+        self.api_label = QLabel()
+        self.api_label.setObjectName("ApiServerStatus")
+        self.statusBar().addPermanentWidget(self.api_label)
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -203,6 +214,7 @@ class MainWindow(QMainWindow):
         self.bridge.notice.connect(self.show_notice)
         self.bridge.error.connect(self.on_engine_error)
         self.bridge.finished.connect(self.on_finished)
+        self.bridge.backend_chosen.connect(self.on_backend_chosen)
         self.prompt.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop)
@@ -297,13 +309,15 @@ class MainWindow(QMainWindow):
         self.gauges.set_engine(ready)
         self._refresh_state()
         self.prompt.setFocus()
+        self.update_api_server()
 
     def _show_failure(self, failure: EngineFailure) -> None:
         self._pending_fallback = failure.fallback
         if failure.fallback:
             change = ", ".join(f"{k} = {v}" for k, v in failure.fallback.items())
             action = f"Retry with {change}"
-        elif failure.kind in (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGINE_START_FAILED):
+        elif failure.kind in (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGINE_START_FAILED,
+                              FailureKind.UNREACHABLE, FailureKind.TIMEOUT):
             action = "Restart engine"
         else:
             action = None
@@ -372,6 +386,7 @@ class MainWindow(QMainWindow):
             self.thinking_pane.set_tokens(last.thinking_tokens)
             self.answer_pane.append(last.answer)
             self.answer_pane.render_markdown()
+            self.answer_pane.header.setText(f"Answer · via {last.backend}" if last.backend else "Answer")
             self.thinking_pane.set_folded(bool(last.answer))
             if last.finish_reason == "interrupted":
                 self.show_notice("This reply was interrupted: Nalar closed while it streamed. "
@@ -384,6 +399,8 @@ class MainWindow(QMainWindow):
         for turn in turns:
             parts.append(f"<p><b>You</b><br>{html.escape(turn.user).replace(chr(10), '<br>')}</p>")
             note = "" if turn.finish_reason in (None, "stop") else f" <i>({turn.finish_reason})</i>"
+            if turn.backend:
+                note = f" <small>via {html.escape(turn.backend)}</small>{note}"
             parts.append(f"<p><b>Nalar</b>{note}<br>{html.escape(turn.answer).replace(chr(10), '<br>')}</p><hr>")
         self.transcript.setHtml("".join(parts))
         self.transcript.setVisible(bool(parts))  # no empty box above the first reply
@@ -425,6 +442,7 @@ class MainWindow(QMainWindow):
         turn = conversation.turns[-1]
         ready = self.bridge.ready
         turn.model, turn.kv_cache_dtype = (ready.model, ready.kv_cache_dtype) if ready else ("", "")
+        self._show_backend(turn, self.bridge.engine.backend_name)
         self.history.start_turn(conversation, turn)
         self._partial_timer.start()
         self._refresh_state()
@@ -467,6 +485,17 @@ class MainWindow(QMainWindow):
         if metrics.request_id == self.current_request:
             self.thinking_pane.set_tokens(metrics.thinking_tokens)
 
+    def _show_backend(self, turn: Turn, backend: str) -> None:
+        turn.backend = backend
+        self.answer_pane.header.setText(f"Answer · via {backend}")
+
+    def on_backend_chosen(self, event: BackendChosen) -> None:
+        if event.request_id != self.current_request or not self.conversation.turns:
+            return
+        self._show_backend(self.conversation.turns[-1], event.backend)
+        if event.reason:
+            self.show_notice(f"Answered by {event.backend}: {event.reason}.")
+
     def on_thinking_folded(self, folded: bool) -> None:
         """A folded trace shrinks to its header so the answer gets the room."""
         total = sum(self.live_split.sizes()) or self.live_split.width()
@@ -508,7 +537,7 @@ class MainWindow(QMainWindow):
     # ---- settings ------------------------------------------------------------------------------
 
     def open_settings(self) -> SettingsDialog:
-        dialog = SettingsDialog(self.settings, parent=self)
+        dialog = SettingsDialog(self.settings, parent=self, keys=self.keys)
         dialog.applied.connect(self.apply_settings)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
@@ -545,12 +574,60 @@ class MainWindow(QMainWindow):
         return self.measure_dialog
 
     def apply_settings(self, settings: Settings) -> None:
-        """Save; restart the engine (keeping the conversation) only if an engine setting changed."""
-        restart = settings.engine != self.settings.engine or self.bridge.ready is None
+        """Save; restart the engine (keeping the conversation) only if an engine or backend setting changed."""
+        switch = settings.backends != self.settings.backends or self.keys.profile_changes != self._engine_keys
+        restart = switch or settings.engine != self.settings.engine or self.bridge.ready is None
         self.settings = settings
         save_settings(settings)
-        if restart and not self.streaming:
+        if switch and not self.streaming:
+            from app.engine.backends import build_engine
+
+            self._engine_keys = self.keys.profile_changes
+            self.switch_engine(build_engine(settings.backends, self.keys))
+        elif restart and not self.streaming:
             self.start_engine(settings.engine)
+        else:
+            self.update_api_server()
+
+    @asyncSlot()
+    async def switch_engine(self, engine: EngineBase) -> None:
+        """Shut the old backend down (its processes too), then start the new one."""
+        old = self.bridge.engine
+        self.set_busy_state(engine_ready=False, streaming=False)
+        await self._stop_api_server()
+        await on_engine(old.loop_thread, old.shutdown())
+        await asyncio.get_running_loop().run_in_executor(None, old.close)
+        self.bridge.set_engine(engine)
+        await self.start_engine(self.settings.engine)
+
+    # ---- local API server ----------------------------------------------------------------------
+
+    @asyncSlot()
+    async def update_api_server(self) -> None:
+        """Run the local API server when it is on and an engine is ready; restart it on a new port."""
+        wanted = self.settings.api_server
+        server = self.api_server
+        if server is not None and (not wanted.enabled or server.port != wanted.port
+                                   or server.engine is not self.bridge.engine):
+            await self._stop_api_server()
+        if not wanted.enabled or self.api_server is not None or self.bridge.ready is None:
+            return
+        engine = self.bridge.engine
+        server = LocalApiServer(engine, self.keys.api_server_token(), wanted.port, self.settings.sampling)
+        try:
+            await on_engine(engine.loop_thread, server.start())
+        except OSError as exc:
+            self.show_notice(f"The local API server could not listen on 127.0.0.1:{wanted.port} ({exc.strerror}). "
+                             "Choose another port in Settings.")
+            return
+        self.api_server = server
+        self.api_label.setText(f"API: {server.url}")
+
+    async def _stop_api_server(self) -> None:
+        server, self.api_server = self.api_server, None
+        self.api_label.setText("")
+        if server is not None and server.engine.loop_thread.alive:
+            await on_engine(server.engine.loop_thread, server.stop())
 
     # ---- misc ----------------------------------------------------------------------------------
 
@@ -590,6 +667,10 @@ class MainWindow(QMainWindow):
                 self.history.finish_turn(turn)
                 self.current_request = None  # late events from the engine are ignored
             started = time.monotonic()
+            if self.api_server is not None and self.bridge.engine.loop_thread.alive:
+                with contextlib.suppress(Exception):
+                    self.bridge.engine.loop_thread.submit(self.api_server.stop()).result(5)
+                self.api_server = None
             self.bridge.close(timeout=10)
             self.history.close()
             log.info("window closed; engine shut down in %.1f s", time.monotonic() - started)

@@ -29,16 +29,19 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPushButton,
     QSpinBox,
+    QTabWidget,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
 from app.core.embedded_model import embedded_model_dir
+from app.core.keystore import KeyStore
 from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder
 from app.core.settings import EngineConfig, SamplingConfig, Settings
 from app.engine import capability
 from app.engine.capability import HardwareProbe
+from app.ui.backends_panel import ApiServerPanel, BackendsPanel
 
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (("engine", EngineConfig), ("sampling", SamplingConfig))
 LABELS = {"max_model_len": "Context length (tokens)", "kv_cache_dtype": "KV cache dtype",
@@ -71,11 +74,12 @@ class SettingsDialog(QDialog):
 
     applied = Signal(object)  # Settings
 
-    def __init__(self, settings: Settings, probe: HardwareProbe | None = None, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, probe: HardwareProbe | None = None, parent: QWidget | None = None,
+                 keys: KeyStore | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Nalar settings")
         self.setObjectName("SettingsDialog")
-        self.resize(760, 640)
+        self.resize(760, 660)  # tabs keep it on a 768-px laptop screen
         self.probe = probe or capability.probe_hardware()
         self.original = settings
         self.editors: dict[tuple[str, str], QWidget] = {}
@@ -91,6 +95,10 @@ class SettingsDialog(QDialog):
         self.planner_view.setMinimumHeight(170)
 
         layout = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("SettingsTabs")
+        layout.addWidget(self.tabs)
+        pages: dict[str, QVBoxLayout] = {}
         for section, schema in SECTIONS:
             box = QGroupBox("Engine (restarts the engine)" if section == "engine" else "Sampling")
             form = QFormLayout(box)
@@ -107,10 +115,26 @@ class SettingsDialog(QDialog):
                 cell_layout.addWidget(error)
                 form.addRow(_label(name), cell)
                 self.errors[(section, name)] = error
-            layout.addWidget(box)
-        layout.addWidget(self.reasons)
-        layout.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
-        layout.addWidget(self.planner_view)
+            page = QWidget()
+            pages[section] = QVBoxLayout(page)
+            pages[section].addWidget(box)
+            self.tabs.addTab(page, "Model && engine" if section == "engine" else "Sampling")
+        self.keys = keys or KeyStore()
+        self.backends_panel = BackendsPanel(settings.backends, self.keys)
+        self.api_server_panel = ApiServerPanel(settings.api_server, self.keys)
+        self.backends_panel.changed.connect(self.revalidate)
+        self.api_server_panel.changed.connect(self.revalidate)
+        for panel, title in ((self.backends_panel, "Backends"), (self.api_server_panel, "Local API server")):
+            page = QWidget()
+            page_layout = QVBoxLayout(page)
+            page_layout.addWidget(panel)
+            page_layout.addStretch(1)
+            self.tabs.addTab(page, title)
+        engine_page = pages["engine"]
+        engine_page.addWidget(self.reasons)
+        engine_page.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
+        engine_page.addWidget(self.planner_view)
+        pages["sampling"].addStretch(1)
         layout.addWidget(self.form_error)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
                                         | QDialogButtonBox.StandardButton.Cancel)
@@ -237,6 +261,11 @@ class SettingsDialog(QDialog):
         self.editors[("engine", "cpu_kv_cache_gib")].setEnabled(not on_gpu)
         reasons.append("GPU memory utilization applies to the GPU engine only." if not on_gpu
                        else "The CPU KV cache size applies to the CPU engine only.")
+        gpus = len(self.probe.gpus) if on_gpu else 0
+        self.editors[("engine", "tensor_parallel_size")].setEnabled(gpus > 1)
+        if gpus <= 1:
+            reasons.append(f"Tensor parallel size needs more than one NVIDIA GPU (this machine has {gpus}); "
+                           "for more, point a remote profile at a multi-GPU vLLM server.")
         self.reasons.setText("\n".join(reasons))
 
     # ---- validation and the planner -------------------------------------------------------
@@ -262,7 +291,18 @@ class SettingsDialog(QDialog):
         raw = self.values()
         problems: list[str] = []
         try:
-            candidate = Settings(engine=EngineConfig(**raw["engine"]), sampling=SamplingConfig(**raw["sampling"]))
+            backends = self.backends_panel.value()
+        except ValueError as exc:  # a profile's name or URL: shown under the backends panel
+            backends = None
+            if isinstance(exc, ValidationError):
+                first = exc.errors()[0]
+                problems.append(f"Backends: profile {'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+            else:
+                problems.append(f"Backends: {exc}")
+        try:
+            candidate = Settings(engine=EngineConfig(**raw["engine"]), sampling=SamplingConfig(**raw["sampling"]),
+                                 backends=backends or self.original.backends,
+                                 api_server=self.api_server_panel.value())
         except ValidationError as exc:
             candidate = None
             for error in exc.errors():
@@ -282,11 +322,14 @@ class SettingsDialog(QDialog):
             self._field_error("engine", "max_model_len", f"This model supports at most {limit:,} tokens.")
             problems.append("Context length: beyond the model's maximum")
             candidate = None
+        if backends is None:
+            candidate = None
         self.candidate = candidate
         ok = candidate is not None
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(ok)
         self.buttons.button(QDialogButtonBox.StandardButton.Apply).setEnabled(ok)
-        self.form_error.setText("" if ok else "Fix the fields marked in red to apply.")
+        backend_problems = [p for p in problems if p.startswith("Backends: ")]
+        self.form_error.setText("" if ok else "\n".join(backend_problems) or "Fix the fields marked in red to apply.")
         self._update_planner(raw["engine"])
 
     def _field_error(self, section: str, name: str, message: str) -> None:
@@ -341,13 +384,16 @@ class SettingsDialog(QDialog):
 
     def _on_apply(self) -> None:
         if self.candidate is not None:
+            self.backends_panel.store_keys()
             self.applied.emit(self.candidate)
             self.original = self.candidate
 
     def _on_ok(self) -> None:
         if self.candidate is None:
             return
-        if self.candidate != self.original:
+        keys_before = self.keys.profile_changes
+        self.backends_panel.store_keys()
+        if self.candidate != self.original or self.keys.profile_changes != keys_before:
             self.applied.emit(self.candidate)
         self.accept()
 
