@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from app.core import paths
-from app.core.settings import load_settings
+from app.core.settings import ApiServerConfig, EngineConfig, Settings, load_settings
 from app.fp8_bench import render_plot
 from app.ui.measure_dialog import JobPanel, MeasureDialog, app_command
 from tests.conftest import require_embedded_model
@@ -40,8 +40,8 @@ def scripted_job(body: str) -> list[str]:
     return [sys.executable, "-c", prelude + textwrap.dedent(body)]
 
 
-def open_dialog(qtbot, make_window) -> tuple[Any, MeasureDialog]:
-    window = make_window()
+def open_dialog(qtbot, make_window, settings: Settings | None = None) -> tuple[Any, MeasureDialog]:
+    window = make_window(settings=settings)
     qtbot.waitUntil(window.send_button.isEnabled, timeout=10_000)
     action = next(  # Engine → Measure FP8…, as a user reaches it
 a for menu in window.menuBar().actions() if menu.text() == "&Engine"
@@ -194,8 +194,19 @@ def bench_report(tmp_path: Path) -> dict[str, Any]:
     return report
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def test_benchmark_stops_the_chat_engine_and_starts_it_again(qtbot, make_window, tmp_path) -> None:
-    window, dialog = open_dialog(qtbot, make_window)
+    settings = Settings(engine=EngineConfig(max_model_len=2048), api_server=ApiServerConfig(enabled=True,
+                                                                                             port=free_port()))
+    window, dialog = open_dialog(qtbot, make_window, settings)
+    qtbot.waitUntil(lambda: window.api_server is not None, timeout=20_000)
     go = tmp_path / "go"
     report = bench_report(tmp_path)
     dialog.bench.command = lambda: scripted_job(f"""
@@ -206,11 +217,13 @@ def test_benchmark_stops_the_chat_engine_and_starts_it_again(qtbot, make_window,
     dialog.bench.run_button.click()
     qtbot.waitUntil(lambda: dialog.bench.step_label.text() == "auto: context depth 1,024", timeout=20_000)
     assert window.bridge.ready is None, "the chat engine is stopped while the benchmark runs"
+    assert window.api_server is None, "and the local API server that serves it"
     assert not window.send_button.isEnabled()
     go.touch()
     qtbot.waitUntil(ended(dialog.bench), timeout=20_000)
     assert dialog.bench.step_label.text() == "done", dialog.bench.error_label.text()
     qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)  # and started again after it
+    qtbot.waitUntil(lambda: window.api_server is not None, timeout=20_000)
     table = dialog.bench_table
     rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
     assert rows[0][:5] == ["auto", "reasoning prompts", "98", "61.70", "16.2"]

@@ -392,6 +392,7 @@ class MeasureDialog(QDialog):
         self._restart_chat_after_bench = window.bridge.ready is not None
         if self._restart_chat_after_bench:
             self.bench.step_label.setText("stopping the chat engine…")
+            await window._stop_api_server()  # it serves the chat engine; it comes back when the engine is ready
             await window.bridge.shutdown()
         window.bridge.drain()
         window._refresh_state()
