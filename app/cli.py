@@ -28,15 +28,38 @@ def _configure_logging() -> None:
     root.addHandler(console)
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="nalar", description="Run reasoning models locally on vLLM.")
     parser.add_argument("--report-startup", action="store_true", help="print when the window is shown")
     sub = parser.add_subparsers(dest="command")
-    bench = sub.add_parser("bench", help="measure the engine and the UI")
-    bench.add_argument("what", choices=["engine", "ui", "startup", "all"], help="which benchmark")
-    bench.add_argument("--tokens", type=int, default=256, help="tokens per engine run")
+    bench = sub.add_parser(
+        "bench", help="measure the configured model with KV dtype auto and fp8 (or a developer benchmark)",
+        description="Without WHAT: the FP8 KV benchmark of the configured model (TTFT, ms/token by context "
+                    "depth, KV capacity, bandwidth floor), saved as JSON and PNG in the data dir. "
+                    "engine|ui|startup|all: the developer benchmarks.")
+    bench.add_argument("what", nargs="?", choices=["engine", "ui", "startup", "all"],
+                       help="a developer benchmark instead of the FP8 one")
+    bench.add_argument("--tokens", type=int, default=None,
+                       help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
     bench.add_argument("--json", action="store_true", help="print results as JSON")
+    bench.add_argument("--progress-jsonl", action="store_true", help="write job lines (progress, result) on stdout")
+    bench.add_argument("--depths", type=_int_list, default=None, help="context depths, e.g. 1024,4096,8192")
+    bench.add_argument("--kv-dtypes", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+                       default=None, help="KV dtypes to compare (default auto,fp8_e4m3)")
+    bench.add_argument("--model", default=None, help="model folder or hub id (default: the settings' model)")
+    bench.add_argument("--max-model-len", type=int, default=None,
+                       help="context length for the FP8 bench (default: the settings'); depths must fit in it")
     doctor = sub.add_parser("doctor", help="check that Nalar can run here, and with what")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable)")
@@ -71,10 +94,17 @@ def main(argv: list[str] | None = None) -> int:
         from app.core.hub_download import run_download_command
 
         return run_download_command(args.repo_id, use=args.use, revision=args.revision)
+    if args.command == "bench" and args.what is None:
+        from app.fp8_bench import DEFAULT_DEPTHS, DEFAULT_KV_DTYPES, run_fp8_bench_command
+
+        return run_fp8_bench_command(depths=args.depths or DEFAULT_DEPTHS, tokens=args.tokens or 64,
+                                     kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json,
+                                     progress_jsonl=args.progress_jsonl, model=args.model,
+                                     max_model_len=args.max_model_len)
     if args.command == "bench":
         from app.bench import run_bench
 
-        return run_bench(args.what, tokens=args.tokens, as_json=args.json)
+        return run_bench(args.what, tokens=args.tokens or 256, as_json=args.json)
 
     from app.ui.app_main import run_app
 

@@ -42,6 +42,7 @@ from app.engine.events import BackendChosen, EngineErrorEvent, EngineReady, Fini
 from app.engine.loop_thread import on_engine
 from app.ui.bridge import EngineBridge
 from app.ui.gauges import GaugeBar
+from app.ui.measure_dialog import MeasureDialog
 from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
 from app.ui.settings_dialog import SettingsDialog
 from app.ui.welcome_dialog import WelcomeDialog
@@ -101,6 +102,7 @@ class MainWindow(QMainWindow):
         self._health_timer.start()
         self._death_reported = False
         self._pending_fallback: dict[str, object] = {}  # the setting the banner's retry button applies
+        self.measure_dialog: MeasureDialog | None = None
 
         self._build_widgets()
         self._build_menus()
@@ -195,6 +197,9 @@ class MainWindow(QMainWindow):
         choose_model_action = QAction("Choose &model…", self)
         choose_model_action.triggered.connect(lambda: self.open_model_chooser())
         engine_menu.addAction(choose_model_action)
+        measure_action = QAction("Measure &FP8…", self)
+        measure_action.triggered.connect(lambda: self.open_measure_dialog())
+        engine_menu.addAction(measure_action)
         help_menu = self.menuBar().addMenu("&Help")
         logs_action = QAction("Open &log folder", self)
         logs_action.triggered.connect(self.open_log_folder)
@@ -558,6 +563,16 @@ class MainWindow(QMainWindow):
         dialog.open()
         return dialog
 
+    def open_measure_dialog(self) -> MeasureDialog:
+        """Non-modal; one at a time (its jobs own the machine's engine processes)."""
+        if self.measure_dialog is None:
+            self.measure_dialog = MeasureDialog(self)
+            self.measure_dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+            self.measure_dialog.destroyed.connect(lambda: setattr(self, "measure_dialog", None))
+        self.measure_dialog.show()
+        self.measure_dialog.activateWindow()
+        return self.measure_dialog
+
     def apply_settings(self, settings: Settings) -> None:
         """Save; restart the engine (keeping the conversation) only if an engine or backend setting changed."""
         switch = settings.backends != self.settings.backends or self.keys.profile_changes != self._engine_keys
@@ -640,6 +655,8 @@ class MainWindow(QMainWindow):
         if not self._closing:
             self._closing = True
             self.hide()
+            if self.measure_dialog is not None:
+                self.measure_dialog.close()  # ends its jobs' process groups
             self._partial_timer.stop()
             self._health_timer.stop()
             if self.current_request:
