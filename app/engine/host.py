@@ -266,7 +266,7 @@ class EngineHost(EngineBase):
 
         self.config = config
         self._engine_processes = [(p.pid, p.create_time()) for p in psutil.Process().children(recursive=True)
-                                  if p.pid not in children_before]
+                                  if p.pid not in children_before and not _is_resource_tracker(p)]
         record_engine_processes()
         self._tokenizer = self._engine.get_tokenizer()
         model_type = None
