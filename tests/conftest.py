@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def vllm_processes(before: set[int] = frozenset(), grace_s: float = 15.0) -> lis
     described = []
     for proc in alive:
         try:
-            described.append(f"{proc.pid} {proc.name()} {' '.join(proc.cmdline())[:120]}")
+            started = time.strftime("%H:%M:%S", time.localtime(proc.create_time()))
+            described.append(f"{proc.pid} (parent {proc.ppid()}, started {started}) {proc.name()} "
+                             f"{' '.join(proc.cmdline())[:120]}")
         except psutil.NoSuchProcess:
             continue
     return described

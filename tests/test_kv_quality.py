@@ -161,7 +161,7 @@ if __name__ == "__main__":
 
 @pytest.mark.real_engine
 def test_calibration_rescues_overflowing_keys_and_vllm_loads_the_scales(tmp_path: Path) -> None:
-    before = child_pids()  # the session's shared engine, when one runs
+    children_before = child_pids()  # the session's shared engine, when one runs
     model = _wide_key_model(tmp_path / "wide-keys")
     out = tmp_path / "wide-keys-calibrated"
     code, lines = _run_job(["calibrate", "--model", str(model), "--out", str(out), "--prompts", "1",
@@ -204,7 +204,7 @@ def test_calibration_rescues_overflowing_keys_and_vllm_loads_the_scales(tmp_path
         assert [k for k, _ in loaded["scales"]] == pytest.approx(list(written.k), rel=1e-6)
         assert [v for _, v in loaded["scales"]] == pytest.approx(list(written.v), rel=1e-6)
         assert "Using KV cache scaling factor 1.0" not in proc.stderr + proc.stdout
-    assert not vllm_processes(before), "vLLM left processes behind"
+    assert not vllm_processes(children_before), "vLLM left processes behind"
     # The script's own engine processes would be re-parented, not ours: check them by pid and start time.
     leftover = [proc for pid, created in loaded["children"] if (proc := same_process(pid, created))]
     _, alive = psutil.wait_procs(leftover, timeout=30)
