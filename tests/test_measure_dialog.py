@@ -35,7 +35,7 @@ def scripted_job(body: str) -> list[str]:
             print(json.dumps(obj), flush=True)
         def wait_for(path):
             while not os.path.exists(path):
-                time.sleep(0.05)
+                time.sleep(0.05)  # ok-sleep: the scripted child polls for a file the test writes
     """)
     return [sys.executable, "-c", prelude + textwrap.dedent(body)]
 
@@ -133,10 +133,10 @@ def test_a_crash_without_an_error_line_shows_the_stderr_tail(qtbot, make_window)
 
 
 GRANDCHILD_JOB = """
-    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # ok-sleep: a job's child
     {handler}
     line(event="progress", fraction=0.2, message=f"working with {{grandchild.pid}}")
-    time.sleep(600)
+    time.sleep(600)  # ok-sleep: a job that runs until it is cancelled
 """
 
 
