@@ -9,6 +9,7 @@ import logging
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
@@ -35,7 +36,6 @@ from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore, export_json, export_markdown
 from app.core.keystore import KeyStore
 from app.core.settings import EngineConfig, Settings, save_settings
-from app.engine.api_server import LocalApiServer
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import BackendChosen, EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
@@ -46,6 +46,9 @@ from app.ui.measure_dialog import MeasureDialog
 from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
 from app.ui.settings_dialog import SettingsDialog
 from app.ui.welcome_dialog import WelcomeDialog
+
+if TYPE_CHECKING:
+    from app.engine.api_server import LocalApiServer
 
 log = logging.getLogger(__name__)
 PARTIAL_SAVE_MS = 1000
@@ -612,6 +615,8 @@ class MainWindow(QMainWindow):
             await self._stop_api_server()
         if not wanted.enabled or self.api_server is not None or self.bridge.ready is None:
             return
+        from app.engine.api_server import LocalApiServer  # aiohttp: only when the user turns the server on
+
         engine = self.bridge.engine
         server = LocalApiServer(engine, self.keys.api_server_token(), wanted.port, self.settings.sampling)
         try:
