@@ -64,11 +64,11 @@ def resolve_model_folder(model: str | None) -> tuple[Path, bool]:
     return folder, trust and model is None
 
 
-def _advice(report: QualityReport) -> Advice:
+def _advice(report: QualityReport, scales_in_folder: bool) -> Advice:
     from app.engine.capability import kv_dtype_unsupported_reason, probe_hardware
 
     reason = kv_dtype_unsupported_reason("fp8_e4m3", probe_hardware())
-    return advise(report, reason is None, reason)
+    return advise(report, reason is None, reason, scales_in_folder=scales_in_folder)
 
 
 def _save(kind: str, folder: Path, data: dict[str, Any]) -> Path:
@@ -120,8 +120,8 @@ def _run_job(writer: JobLineWriter, job: Any) -> int:
     return 0
 
 
-def _report_dict(report: QualityReport) -> dict[str, Any]:
-    advice = _advice(report)
+def _report_dict(report: QualityReport, scales_in_folder: bool = False) -> dict[str, Any]:
+    advice = _advice(report, scales_in_folder)
     return {**report.to_dict(), "advice": {"kv_dtype": advice.kv_dtype, "confidence": advice.confidence,
                                            "reason": advice.reason}}
 
@@ -139,7 +139,7 @@ def run_kv_check(model: str | None, *, prompts: int, tokens: int, as_json: bool,
         report = run_quality_check(folder, prompts=REASONING_PROMPTS[:prompts], tokens=tokens,
                                    calibrated={"fp8_e4m3": stored} if stored else None,
                                    trust_remote_code=trust, progress=writer.progress, cancel=cancel)
-        data = _report_dict(report)
+        data = _report_dict(report, scales_in_folder=stored is not None)
         advice = data["advice"]
         return _finish("check", folder, data, as_json=as_json, jsonl=jsonl, text=(
             f"{format_report(report)}\n\nadvice: {advice['kv_dtype']} ({advice['confidence']} confidence): "
@@ -182,8 +182,10 @@ def run_calibrate(model: str | None, out: str | None, *, prompts: int, tokens: i
         calibrated = write_calibrated_model(
             folder, scales, quality_model.attention_names, Path(out).expanduser() if out else None,
             extra={"quality_before": before.to_dict()["results"], "quality_after": after.to_dict()["results"]})
-        data = {"calibrated_model": str(calibrated), "before": _report_dict(before), "after": _report_dict(after),
-                "advice": _report_dict(report)["advice"],
+        # The advice is about running the calibrated folder, whose scales vLLM will load.
+        data = {"calibrated_model": str(calibrated), "before": _report_dict(before),
+                "after": _report_dict(after, scales_in_folder=True),
+                "advice": _report_dict(report, scales_in_folder=True)["advice"],
                 "layer_amax": {"k": [round(a, 4) for a in k_amax], "v": [round(a, 4) for a in v_amax]}}
         return _finish("calibration", folder, data, as_json=as_json, jsonl=jsonl, text=(
             f"{format_report(report)}\n\ncalibrated model: {calibrated}\n"

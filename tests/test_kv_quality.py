@@ -90,6 +90,17 @@ def test_advice_follows_the_measurement_and_the_machine(agreement: float, kl: fl
         assert "needs AVX-512" in advice.reason
 
 
+def test_advice_is_about_the_scales_vllm_will_use_and_points_to_calibration() -> None:
+    report = QualityReport("m", 3, 128, 1.0, [VariantResult("fp8_e4m3", "1.0", 0.844, 0.165, 384),
+                                              VariantResult("fp8_e4m3", "calibrated", 0.971, 0.0065, 384)])
+    plain = advise(report, True)  # an uncalibrated folder runs at scale 1.0
+    assert plain.kv_dtype == "auto" and "84.4%" in plain.reason
+    assert "run the calibration" in plain.reason and "97.1%" in plain.reason
+    calibrated = advise(report, True, scales_in_folder=True)  # the calibrated folder itself
+    assert calibrated.kv_dtype == "fp8_e4m3" and "97.1%" in calibrated.reason
+    assert "run the calibration" not in calibrated.reason
+
+
 def test_few_scored_tokens_lower_the_confidence() -> None:
     assert advise(_report(0.99, 0.001, tokens=16), True).confidence == "low"
 

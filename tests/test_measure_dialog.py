@@ -87,7 +87,7 @@ def test_quality_check_shows_progress_then_the_table_and_applies_the_advice(qtbo
     assert dialog.quality.step_label.text() == "done", dialog.quality.error_label.text()
     table = dialog.quality_table
     rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
-    assert rows == [["unrounded (bf16)", "–", "100.0%", "0", "384"],
+    assert rows == [["unrounded", "–", "100.0%", "0", "384"],
                     ["fp8_e4m3", "1.0", "98.2%", "0.0080", "384"],
                     ["fp8_e5m2", "1.0", "91.7%", "0.0330", "384"]]
     assert "use fp8_e4m3 (confidence: high)" in dialog.quality_advice.text()
@@ -308,7 +308,7 @@ def test_real_kv_check_in_the_dialog_and_its_advice_applies(qtbot, make_window) 
     qtbot.waitUntil(ended(dialog.quality), timeout=600_000)
     assert dialog.quality.step_label.text() == "done", dialog.quality.error_label.text()
     table = dialog.quality_table
-    assert table.item(0, 0).text() == "unrounded (bf16)" and table.item(0, 4).text() == "16"
+    assert table.item(0, 0).text() == "unrounded" and table.item(0, 4).text() == "16"
     variants = {(table.item(r, 0).text(), table.item(r, 1).text()) for r in range(1, table.rowCount())}
     assert {("fp8_e4m3", "1.0"), ("fp8_e5m2", "1.0")} <= variants
     advised = dialog.quality.last_result["advice"]["kv_dtype"]  # type: ignore[index]

@@ -336,28 +336,38 @@ class Advice:
     reason: str
 
 
-def advise(report: QualityReport, fp8_runs_here: bool, unsupported_reason: str | None = None) -> Advice:
-    """Turn a quality report into a recommendation a user can act on."""
-    e4m3 = report.result("fp8_e4m3", "calibrated") or report.result("fp8_e4m3", "1.0")
+def advise(report: QualityReport, fp8_runs_here: bool, unsupported_reason: str | None = None, *,
+           scales_in_folder: bool = False) -> Advice:
+    """Turn a quality report into a recommendation a user can act on.
+
+    The advice is about the scales vLLM will really use: the folder's own (``scales_in_folder``, a
+    calibrated folder) or 1.0. Better calibrated rows of an uncalibrated folder become a tip to calibrate.
+    """
+    e4m3 = report.result("fp8_e4m3", "calibrated" if scales_in_folder else "1.0")
     if e4m3 is None:
         return Advice("auto", "low", "No E4M3 measurement: run the quality check.")
     scored = report.prompts * report.tokens_per_prompt
     # With n scored tokens, one disagreement moves agreement by 1/n; few tokens, little confidence.
     confidence = "high" if scored >= 300 else "medium" if scored >= 100 else "low"
-    which = "calibrated" if e4m3.scales == "calibrated" else "scale 1.0"
-    figures = f"E4M3 ({which}) agrees with the unrounded cache on {e4m3.top1_agreement:.1%} of next tokens, " \
-              f"mean KL {e4m3.mean_kl:.4f}"
+    which = "this folder's calibrated scales" if scales_in_folder else "scale 1.0, as vLLM runs this folder"
+    figures = (f"E4M3 ({which}) agrees with the unrounded cache on {e4m3.top1_agreement:.1%} of next tokens, "
+               f"mean KL {e4m3.mean_kl:.4f}")
+    calibrated = None if scales_in_folder else report.result("fp8_e4m3", "calibrated")
+    tip = ""
+    if calibrated and (calibrated.top1_agreement >= e4m3.top1_agreement + 0.01
+                       or calibrated.mean_kl <= e4m3.mean_kl / 2):
+        tip = (f" Calibrated scales reach {calibrated.top1_agreement:.1%} (KL {calibrated.mean_kl:.4f}): "
+               "run the calibration and use the calibrated model.")
     if not fp8_runs_here:
         return Advice("auto", confidence, f"{figures}, but this machine can't run an FP8 KV cache: "
                       f"{unsupported_reason or 'not supported'}.")
     if e4m3.top1_agreement >= 0.98 and e4m3.mean_kl <= 0.02:
         return Advice("fp8_e4m3", confidence, f"{figures}: FP8 keeps this model's choices, and doubles the "
-                      "context that fits.")
+                      f"context that fits.{tip}")
     if e4m3.top1_agreement >= 0.95:
-        tip = "" if e4m3.scales == "calibrated" else " Calibrating scales may close the gap."
         return Advice("fp8_e4m3", "medium" if confidence == "high" else "low",
                       f"{figures}: usable when you need the context, with some drift in long reasoning.{tip}")
-    return Advice("auto", confidence, f"{figures}: too much drift; keep the KV cache at the model's precision.")
+    return Advice("auto", confidence, f"{figures}: too much drift; keep the KV cache at the model's precision.{tip}")
 
 
 def format_report(report: QualityReport) -> str:

@@ -313,7 +313,7 @@ def quality_rows(report: dict[str, Any]) -> list[list[str]]:
     """The unrounded reference first (by definition 100% and 0), then each FP8 variant."""
     prompts = report.get("prompts") or 0  # kv-check reports a count; a list of prompts counts too
     tokens = int(report.get("tokens_per_prompt") or 0) * (prompts if isinstance(prompts, int) else len(prompts))
-    rows = [["unrounded (bf16)", "–", "100.0%", "0", str(tokens or "–")]]
+    rows = [["unrounded", "–", "100.0%", "0", str(tokens or "–")]]
     for row in report.get("results", []):
         rows.append([row["kv_dtype"], row["scales"], _fmt(row["top1_agreement"], ".1%"),
                      _fmt(row["mean_kl"], ".4f"), str(row.get("tokens", "–"))])
