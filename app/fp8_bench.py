@@ -21,8 +21,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import psutil
-
 from app.core import paths
 from app.core.job_lines import JobLineWriter
 from app.core.kv_quality import REASONING_PROMPTS  # the same prompts the quality check scores
@@ -197,7 +195,6 @@ def measure_dtype(config: EngineConfig, depths: Sequence[int], tokens: int, prog
     from app.engine.host import EngineHost
 
     dtype = config.kv_cache_dtype
-    children_before = {p.pid for p in psutil.Process().children(recursive=True)}
     host = EngineHost()
     try:
         progress.step(f"{dtype}: starting the engine")
@@ -229,33 +226,7 @@ def measure_dtype(config: EngineConfig, depths: Sequence[int], tokens: int, prog
                 "tok_s": round(statistics.median(r["tok_s"] for r in short), 2),
                 "depths": rows}
     finally:
-        host.close()
-        end_leftover_children(children_before)
-
-
-def end_leftover_children(before: set[int], grace_s: float = 10.0) -> None:
-    """A cancel during the model load can outrun EngineHost.close: end what that start left."""
-    leftover = [p for p in psutil.Process().children(recursive=True)
-                if p.pid not in before and "resource_tracker" not in _cmdline(p) and _alive(p)]
-    _, alive = psutil.wait_procs(leftover, timeout=grace_s)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=5)
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _cmdline(proc: psutil.Process) -> str:
-    try:
-        return " ".join(proc.cmdline())
-    except psutil.Error:
-        return ""
+        host.close()  # also during the load (a cancel): it ends the processes that load started
 
 
 # ---- the whole run ---------------------------------------------------------------------------
