@@ -35,6 +35,15 @@ def start_bench(*args: str) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
+def finish_bench(proc: subprocess.Popen[str], timeout: float = 900) -> tuple[str, str]:
+    """Its stdout and stderr once it ends; its whole group is killed if it outlives ``timeout``."""
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def group_processes(pgid: int, grace_s: float = 15.0) -> list[str]:
     """Live processes still in the job's process group (EngineCore included) after ``grace_s``."""
     def members() -> list[psutil.Process]:
@@ -60,11 +69,7 @@ def is_png(path: Path) -> bool:
 @pytest.mark.real_engine
 def test_bench_measures_auto_and_fp8_and_saves_json_and_png() -> None:
     proc = start_bench("--progress-jsonl", "--depths", "256,1024", "--tokens", "16")
-    try:
-        out, err = proc.communicate(timeout=900)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    out, err = finish_bench(proc)
     assert proc.returncode == 0, err[-3000:]
     lines = [line for line in map(parse_job_line, out.splitlines()) if line is not None]
     assert len(lines) == len(out.splitlines()), "stdout carries job lines only (chatter goes to stderr)"
@@ -135,11 +140,7 @@ def test_where_auto_runs_out_of_kv_memory_fp8_still_runs_and_auto_says_why() -> 
     save_settings(Settings(engine=EngineConfig(model=str(require_embedded_model()), cpu_kv_cache_gib=0.125,
                                                max_model_len=8192)))
     proc = start_bench("--progress-jsonl", "--depths", "256", "--tokens", "8")
-    try:
-        out, err = proc.communicate(timeout=900)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    out, err = finish_bench(proc)
     assert proc.returncode == 0, err[-3000:]
     report = [line for line in map(parse_job_line, out.splitlines()) if line is not None][-1].data
     assert report is not None
