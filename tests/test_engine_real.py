@@ -63,7 +63,8 @@ def test_abort_mid_stream_ends_within_two_seconds(real_engine: EngineHost) -> No
             first_delta.set()
 
     future = real_engine.loop_thread.submit(
-        real_engine.stream_to(sink, QUESTION, SamplingConfig(think_budget=2000, max_tokens=2000), "abort-me"))
+        real_engine.stream_to(sink, QUESTION, SamplingConfig(think_budget=2000, max_tokens=2000), "abort-me",
+                              ignore_eos=True))  # still streaming when the abort comes, however fast the machine
     assert first_delta.wait(60)
     asked = time.monotonic()
     real_engine.loop_thread.submit(real_engine.abort("abort-me")).result(5)
@@ -83,7 +84,8 @@ def test_answer_now_ends_thinking_early(real_engine: EngineHost) -> None:
             first_thought.set()
 
     future = real_engine.loop_thread.submit(
-        real_engine.stream_to(sink, QUESTION, SamplingConfig(think_budget=5000, max_tokens=16), "hurry"))
+        real_engine.stream_to(sink, QUESTION, SamplingConfig(think_budget=5000, max_tokens=16), "hurry",
+                              ignore_eos=True))  # thinking never ends by itself: only Answer now can end it
     assert first_thought.wait(60)
     real_engine.request_answer_now("hurry")
     finished = future.result(60)

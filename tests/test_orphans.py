@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 
@@ -63,5 +64,38 @@ def test_recorded_processes_of_a_dead_owner_are_ended_but_a_reused_pid_is_not() 
         assert not record.exists()
     finally:
         for proc in (orphan, bystander):
+            proc.kill()
+            proc.wait()
+
+
+def test_an_unreaped_killed_owner_counts_as_dead() -> None:
+    """The app SIGKILLed and its parent not reaping it yet (a zombie): its engine is an orphan now,
+    not when the parent gets round to it. Bug caught: a zombie's pid and start time still match."""
+    import json
+    import signal
+
+    from app.engine.orphans import other_owners_recorded, records_dir
+
+    owner = subprocess.Popen(SLEEPER)  # stands in for the app; we are its parent and don't reap it
+    engine = spawn(None, argv0="VLLM::EngineCore")
+    try:
+        tag = owner_tag(psutil.Process(owner.pid))
+        records_dir().mkdir(parents=True, exist_ok=True)
+        record = records_dir() / (tag.replace(":", "-") + ".json")
+        record.write_text(json.dumps({"owner": tag, "processes": [
+            {"pid": engine.pid, "create_time": psutil.Process(engine.pid).create_time(), "name": "VLLM::EngineCore"}]}))
+        assert engine.pid not in {p.pid for p in find_orphans()[0]}, "a live owner's engine is not an orphan"
+        assert other_owners_recorded()
+        os.kill(owner.pid, signal.SIGKILL)  # and not reaped: owner.wait() comes only in finally
+        killed = psutil.Process(owner.pid)
+        deadline = time.monotonic() + 10
+        while killed.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:  # SIGKILL lands async
+            pass
+        assert killed.status() == psutil.STATUS_ZOMBIE
+        assert end_orphans(timeout=5) == 1
+        assert engine.wait(10) is not None
+        assert not record.exists() and not other_owners_recorded()
+    finally:
+        for proc in (owner, engine):
             proc.kill()
             proc.wait()

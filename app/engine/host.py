@@ -36,7 +36,14 @@ from app.engine.events import (
     FinishReason,
     Metrics,
 )
-from app.engine.orphans import OWNER_ENV, end_orphans, owner_tag, record_engine_processes, same_process
+from app.engine.orphans import (
+    OWNER_ENV,
+    end_orphans,
+    other_owners_recorded,
+    owner_tag,
+    record_engine_processes,
+    same_process,
+)
 from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, ReplyTexts, Split, make_splitter, reasoning_parser_name
 
 log = logging.getLogger(__name__)
@@ -45,6 +52,8 @@ REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step insi
                            "</think>, then give a short, clear answer.")
 FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
 METRICS_INTERVAL_S = 0.1
+ORPHAN_RECHECK_S = 5.0
+IGNORE_EOS_ENV = "NALAR_IGNORE_EOS"
 
 
 
@@ -183,6 +192,7 @@ class EngineHost(EngineBase):
         self._live: dict[str, str] = {}  # our request id → vLLM's current request id
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
+        self._orphan_watch: asyncio.Task[None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -198,7 +208,17 @@ class EngineHost(EngineBase):
             raise
         self._status("ready", f"ready: {ready.model} · KV {ready.kv_cache_dtype} · "
                               f"{ready.kv_capacity_tokens:,} tokens", 1.0)
+        if self._orphan_watch is None or self._orphan_watch.done():
+            self._orphan_watch = asyncio.ensure_future(self._watch_for_orphans())
         return ready
+
+    async def _watch_for_orphans(self) -> None:
+        """Search again every few seconds while another Nalar's record is left: a crashed run whose
+        parent hasn't reaped it yet, or one that dies later, must not keep its engine (and VRAM)."""
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, other_owners_recorded):
+            await asyncio.sleep(ORPHAN_RECHECK_S)
+            await loop.run_in_executor(None, end_orphans)  # it logs what it ends
 
     async def _start(self, config: EngineConfig) -> EngineReady:
         started = time.perf_counter()
@@ -244,9 +264,8 @@ class EngineHost(EngineBase):
         else:
             kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
             kwargs["tensor_parallel_size"] = config.tensor_parallel_size
-        backend = capability.attention_backend_for(config.kv_cache_dtype, probe)
-        if backend:
-            os.environ["VLLM_ATTENTION_BACKEND"] = backend
+        if backend := capability.attention_backend_for(config.kv_cache_dtype, probe):
+            log.info("vLLM is expected to choose the %s attention backend", backend)
 
         self._status("loading", "loading model… (this takes a while)", 0.2)
         log_offset = vllm_logging.log_size(engine_log)
@@ -288,6 +307,9 @@ class EngineHost(EngineBase):
     async def shutdown(self) -> None:
         """Stop the engine and its EngineCore process. Safe to call twice."""
         engine, self._engine, self.ready = self._engine, None, None
+        if self._orphan_watch is not None:
+            self._orphan_watch.cancel()
+            self._orphan_watch = None
         if engine is None:
             return
         self._status("stopping", "stopping engine…")
@@ -371,9 +393,11 @@ class EngineHost(EngineBase):
                        request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
         """Stream one reply: thinking and answer deltas, metrics, then exactly one Finished.
 
-        ``ignore_eos`` is for benchmarks that need a fixed number of tokens.
+        ``ignore_eos`` is for benchmarks that need a fixed number of tokens. ``NALAR_IGNORE_EOS=1`` sets it
+        for a whole app process: tests that act mid-reply need replies as long on a fast machine as a slow one.
         """
         rid = request_id or uuid.uuid4().hex[:12]
+        ignore_eos = ignore_eos or os.environ.get(IGNORE_EOS_ENV) == "1"
         try:
             if not self.is_ready:
                 raise EngineFailure(FailureKind.NOT_READY, "The engine is not running.",

@@ -35,9 +35,12 @@ def owner_tag(process: psutil.Process | None = None) -> str:
 
 
 def _owner_alive(tag: str) -> bool:
+    """True while the Nalar that wrote ``tag`` runs. A zombie is dead: a killed app stays one
+    until its parent (a launcher, a shell, a PID 1 that doesn't reap) gets round to it."""
     pid_text, _, created = tag.partition(":")
     try:
-        return owner_tag(psutil.Process(int(pid_text))) == f"{pid_text}:{float(created):.2f}"
+        owner = psutil.Process(int(pid_text))
+        return owner_tag(owner) == f"{pid_text}:{float(created):.2f}" and owner.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, ValueError):
         return False
 
@@ -95,6 +98,12 @@ def tagged_processes(owner: str | None = None) -> list[psutil.Process]:
         if tag and (owner is None or tag == owner):
             found.append(proc)
     return found
+
+
+def other_owners_recorded() -> bool:
+    """Whether another Nalar's engine record exists: its owner may still die and leave orphans."""
+    mine = _record_path(owner_tag()).name
+    return records_dir().exists() and any(r.name != mine for r in records_dir().glob("*.json"))
 
 
 def find_orphans() -> tuple[list[psutil.Process], list[Path]]:
