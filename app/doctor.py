@@ -39,7 +39,8 @@ def collect() -> dict[str, Any]:
     kv = {}
     for dtype in KvCacheDtype.__args__:  # type: ignore[attr-defined]
         reason = capability.kv_dtype_unsupported_reason(dtype, probe)
-        kv[dtype] = {"supported": reason is None, "reason": reason}
+        kv[dtype] = {"supported": reason is None, "reason": reason,
+                     "attention_backend": capability.attention_backend_for(dtype, probe)}
 
     engine = settings.engine
     model = engine.model or str(embedded_model_dir())
@@ -111,7 +112,8 @@ def render(report: dict[str, Any]) -> str:
                  f"AMX {'yes' if cpu['amx'] else 'no'}")
     lines += ["", "KV cache dtypes:"]
     for dtype, info in report["kv_cache_dtypes"].items():
-        lines.append(f"  {dtype:10s} {'yes' if info['supported'] else 'no — ' + info['reason']}")
+        backend = f" (vLLM's {info['attention_backend']} backend)" if info['attention_backend'] else ""
+        lines.append(f"  {dtype:10s} {'yes' + backend if info['supported'] else 'no — ' + info['reason']}")
     model = report["model"]
     present = {True: "present", False: "MISSING", None: "hub id, downloaded at first start"}[model["present"]]
     lines += ["", f"Model: {model['configured']} ({present})", f"  {model['path']}"]

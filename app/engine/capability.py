@@ -94,6 +94,28 @@ def _has_flashinfer() -> bool:
         return False
 
 
+def attention_backend_for(kv_cache_dtype: str, probe: HardwareProbe, flashinfer: bool | None = None) -> str | None:
+    """The attention backend vLLM 0.32 will choose on this GPU, or None where none can run the dtype.
+
+    vLLM tries FLASH_ATTN, then FLASHINFER, then TRITON_ATTN (``platforms/cuda.py``) and takes the
+    first whose checks pass; Nalar leaves the choice to it and only predicts it:
+    FlashAttention has fp8 (E4M3 only) with FA3 on 9.0; FlashInfer runs fp8 E4M3 and E5M2 on
+    8.0-12.1; Triton checks nothing when chosen but fails at start for any fp8 below 8.9 (vLLM #26431).
+    (SM 10.x, datacenter Blackwell, tries FlashInfer first; it is not a card Nalar is built for.)
+    """
+    if probe.engine_kind != "cuda" or not probe.gpus:
+        return None
+    cc = probe.gpus[0].compute_capability
+    if cc < (8, 0):
+        return None if kv_cache_dtype.startswith("fp8") else "TRITON_ATTN"  # FA and FlashInfer need 8.0
+    if not kv_cache_dtype.startswith("fp8") or (kv_cache_dtype == "fp8_e4m3" and cc[0] == 9):
+        return "FLASH_ATTN"
+    has_flashinfer = _has_flashinfer() if flashinfer is None else flashinfer
+    if has_flashinfer and cc <= (12, 1):
+        return "FLASHINFER"
+    return "TRITON_ATTN" if cc >= (8, 9) else None
+
+
 def kv_dtype_unsupported_reason(kv_cache_dtype: str, probe: HardwareProbe,
                                 flashinfer: bool | None = None) -> str | None:
     """None when this machine can run the KV dtype, else the reason it can't."""
@@ -111,21 +133,11 @@ def kv_dtype_unsupported_reason(kv_cache_dtype: str, probe: HardwareProbe,
         name = probe.gpus[0].name
         if (major, minor) < (8, 0):
             return f"{name} (compute capability {major}.{minor}) is too old for an FP8 KV cache; it needs 8.0+."
-        if kv_cache_dtype == "fp8_e4m3" and (major, minor) < (8, 9):
-            has_flashinfer = _has_flashinfer() if flashinfer is None else flashinfer
-            if not has_flashinfer:
-                return (f"{name} (compute capability {major}.{minor}): E4M3 needs 8.9+ on the Triton "
-                        "backend (RTX 40xx or newer), or the FlashInfer backend, which is not installed.")
+        if attention_backend_for(kv_cache_dtype, probe, flashinfer) is None:
+            return (f"{name} (compute capability {major}.{minor}): an FP8 KV cache needs 8.9+ on the Triton "
+                    "backend (RTX 40xx or newer), or the FlashInfer backend, which is not installed.")
         return None
     return "No vLLM engine is installed. Run `make run` to set one up."
-
-
-def attention_backend_for(kv_cache_dtype: str, probe: HardwareProbe) -> str | None:
-    """FlashAttention-2 has no fp8 KV; on Ampere only FlashInfer can run E4M3."""
-    if probe.engine_kind == "cuda" and kv_cache_dtype == "fp8_e4m3" and probe.gpus:
-        if probe.gpus[0].compute_capability < (8, 9) and _has_flashinfer():
-            return "FLASHINFER"
-    return None
 
 
 def recommended_kv_dtype(probe: HardwareProbe) -> str:
