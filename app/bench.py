@@ -126,6 +126,11 @@ def _qt_app() -> Any:
     import qasync
     from PySide6.QtWidgets import QApplication
 
+    if not (os.environ.get("QT_QPA_PLATFORM") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        # Without a display Qt's plugin loader aborts the process; the UI benches measure the
+        # event loop, not drawing, so the offscreen platform serves them as well.
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        print("nalar bench: no display found; using Qt's offscreen platform", file=sys.stderr)
     app = QApplication.instance() or QApplication([sys.argv[0]])
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 from PySide6.QtCore import Qt
 
 from app.core.settings import EngineConfig, Settings
@@ -213,3 +217,23 @@ def test_a_too_long_message_is_a_clear_error(qtbot, make_window) -> None:
     assert send(qtbot, window).reason == "error"
     assert "9,000 tokens" in window.banner.text() and "raise the context length" in window.banner.text()
     assert window.send_button.isEnabled()
+
+
+def test_settings_has_a_shortcut_on_every_platform(qtbot, make_window) -> None:
+    """StandardKey.Preferences is empty on Linux, so Settings had no shortcut there. Bug caught: an empty one."""
+    from PySide6.QtGui import QAction
+
+    window = make_window(ScriptedEngineDouble())
+    settings = next(a for a in window.findChildren(QAction) if a.text().startswith("&Settings"))
+    assert not settings.shortcut().isEmpty()
+    if sys.platform.startswith("linux"):
+        assert settings.shortcut().toString() == "Ctrl+,"
+
+
+def test_ui_bench_without_a_display_falls_back_to_offscreen() -> None:
+    """`nalar bench ui` with no display aborted inside Qt's plugin loader. Bug caught: no fallback."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    code = "from app.bench import _qt_app; app, loop = _qt_app(); print('platform', app.platformName())"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "platform offscreen" in result.stdout and "no display found" in result.stderr

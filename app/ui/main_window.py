@@ -186,7 +186,9 @@ class MainWindow(QMainWindow):
         new_action.triggered.connect(self.new_conversation)
         quit_action = QAction("&Quit", self, shortcut=QKeySequence(QKeySequence.StandardKey.Quit))
         quit_action.triggered.connect(self.close)
-        settings_action = QAction("&Settings…", self, shortcut=QKeySequence(QKeySequence.StandardKey.Preferences))
+        preferences = QKeySequence(QKeySequence.StandardKey.Preferences)  # empty on Linux: Ctrl+, as Linux apps use
+        settings_action = QAction("&Settings…", self,
+                                  shortcut=QKeySequence("Ctrl+,") if preferences.isEmpty() else preferences)
         settings_action.triggered.connect(self.open_settings)
         export_md = QAction("Export conversation as &Markdown…", self)
         export_md.triggered.connect(lambda: self.export_conversation("md"))
