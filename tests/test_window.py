@@ -53,7 +53,7 @@ def test_tags_cut_across_deltas_land_in_the_right_panes(qtbot, make_window) -> N
     assert "%" in window.gauges.kv_bar.text() and window.gauges.kv_usage > 0
     assert "tok/s" in window.gauges.answer_rate.text()
     assert window.gauges.ttft.text().endswith("ms")
-    assert window.conversation_list.list.item(0).text() == "What is 2+3?"
+    assert window.conversation_list.title(0) == "What is 2+3?"
 
 
 def test_error_mid_stream_keeps_the_partial_reply_and_offers_a_restart(qtbot, make_window) -> None:
@@ -178,15 +178,15 @@ def test_conversations_new_rename_delete(qtbot, make_window, monkeypatch) -> Non
     wait_ready(qtbot, window)
     send(qtbot, window, "first chat")
     window.conversation_list.new_button.click()
-    assert window.conversation_list.list.count() == 2 and window.answer_pane.text() == ""
+    assert window.conversation_list.count() == 2 and window.answer_pane.text() == ""
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Renamed", True))
     window.conversation_list.rename_button.click()
-    assert window.conversation_list.list.item(1).text() == "Renamed"
-    window.conversation_list.list.setCurrentRow(0)
+    assert window.conversation_list.title(1) == "Renamed"
+    window.conversation_list.select(0)
     assert window.answer_pane.text() == "b"
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     window.conversation_list.delete_button.click()
-    assert [c.title for c in window.conversations] == ["Renamed"]
+    assert [c.title for c in window.session.model] == ["Renamed"]
 
 
 def test_memory_gauge_says_which_memory_it_shows(qtbot, make_window) -> None:

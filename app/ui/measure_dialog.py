@@ -389,20 +389,16 @@ class MeasureDialog(QDialog):
         if window.streaming:
             self.bench._show_error("A reply is streaming.", "Stop it (or wait for it), then run the benchmark.")
             return False
-        self._restart_chat_after_bench = window.bridge.ready is not None
+        self._restart_chat_after_bench = window.controller.running
         if self._restart_chat_after_bench:
             self.bench.step_label.setText("stopping the chat engine…")
-            await window._stop_api_server()  # it serves the chat engine; it comes back when the engine is ready
-            await window.bridge.shutdown()
-        window.bridge.drain()
-        window._refresh_state()
+        await window.controller.pause()
         return True
 
     def _restart_chat_engine(self) -> None:
-        window = self.window_
-        if self._restart_chat_after_bench and not getattr(window, "_closing", False):
+        if self._restart_chat_after_bench:
             self._restart_chat_after_bench = False
-            window.start_engine()
+            self.window_.controller.resume()
 
     def _bench_running(self, running: bool) -> None:
         # Applying a setting restarts the chat engine: not while the benchmark has the machine.
