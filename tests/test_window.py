@@ -237,3 +237,22 @@ def test_ui_bench_without_a_display_falls_back_to_offscreen() -> None:
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "platform offscreen" in result.stdout and "no display found" in result.stderr
+
+
+def test_the_question_stands_above_its_reply_and_the_folded_trace_is_one_line(qtbot, make_window) -> None:
+    engine = ScriptedEngineDouble([Script(CUT_TAGS, tokens_per_second=100), Script(["<think>z</think>six"])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    send(qtbot, window, "What is 2+3?")
+    assert window.transcript.isVisible() and window.transcript.toPlainText().split() == ["You", "What", "is", "2+3?"]
+    pane, answer = window.thinking_pane, window.answer_pane
+    assert pane.folded
+    # Folded: a header line above the answer, and the answer has the view's whole width.
+    qtbot.waitUntil(lambda: pane.height() < 3 * pane.header.sizeHint().height() + 20, timeout=5_000)
+    assert answer.width() > 0.9 * window.chat_view.width() and answer.height() > 4 * pane.height()
+    pane.toggle.click()
+    qtbot.waitUntil(lambda: pane.height() > 0.3 * window.chat_view.live_split.height(), timeout=5_000)
+    send(qtbot, window, "And plus one?")
+    thread = window.transcript.toPlainText()
+    assert thread.index("What is 2+3?") < thread.index("Answer here") < thread.index("And plus one?")
+    assert answer.text() == "six"
