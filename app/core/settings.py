@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -106,6 +106,18 @@ class Settings(BaseModel):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     backends: BackendsConfig = Field(default_factory=BackendsConfig)
     api_server: ApiServerConfig = Field(default_factory=ApiServerConfig)
+
+    def with_engine(self, **changes: Any) -> Settings:
+        """These settings with engine fields changed, validated: the one way code changes an engine setting."""
+        return changed(self, engine={**self.engine.model_dump(), **changes})
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def changed(model: Model, **changes: Any) -> Model:
+    """A copy of ``model`` with ``changes``, validated as a loaded file is (``model_copy(update=)`` is not)."""
+    return type(model).model_validate({**model.model_dump(), **changes})
 
 
 # Migrations take the raw dict of version N and return version N + 1.

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from app.core.settings import SamplingConfig
+from app.core.settings import SamplingConfig, changed
 from app.engine.base import EngineBase, Message
 from app.engine.events import AnswerDelta, EngineErrorEvent, Finished, ThinkingDelta
 
@@ -113,7 +113,7 @@ class LocalApiServer:
             limit = int(limit)
             think = min(self.sampling.think_budget, limit // 2)
             update["think_budget"], update["max_tokens"] = think, max(1, limit - think)
-        return SamplingConfig.model_validate({**self.sampling.model_dump(), **update})
+        return changed(self.sampling, **update)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:

@@ -113,7 +113,7 @@ class EngineController(QObject):
         """The failure's action: keep its suggested setting if it had one, then restart."""
         if self._pending_fallback:
             # The user accepted the suggested setting: keep it, as if chosen in Settings.
-            self.settings.engine = self.settings.engine.model_copy(update=self._pending_fallback)
+            self.settings = self.settings.with_engine(**self._pending_fallback)
             save_settings(self.settings)
         self.start_engine()
 

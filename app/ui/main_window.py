@@ -337,13 +337,9 @@ class MainWindow(QMainWindow):
         dialog = WelcomeDialog(probe_hardware(), parent=self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
 
-        def chosen() -> None:
-            engine = EngineConfig.model_validate({**self.settings.engine.model_dump(), **dialog.engine_update})
-            self.apply_settings(self.settings.model_copy(update={"engine": engine}))
-
-        dialog.accepted.connect(chosen)
+        dialog.accepted.connect(lambda: self.apply_settings(self.settings.with_engine(**dialog.engine_update)))
         if first_run:
-            dialog.rejected.connect(lambda: self.apply_settings(self.settings.model_copy()))
+            dialog.rejected.connect(lambda: self.apply_settings(self.settings.with_engine()))
         dialog.open()
         return dialog
 

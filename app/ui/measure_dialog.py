@@ -40,7 +40,6 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.core.job_lines import JobLine, parse_job_line
-from app.core.settings import EngineConfig
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
@@ -512,8 +511,7 @@ class MeasureDialog(QDialog):
     def _apply_engine(self, **update: Any) -> None:
         """Through the window's settings path: saved, and the chat engine restarts on the change."""
         window = self.window_
-        engine = EngineConfig.model_validate({**window.settings.engine.model_dump(), **update})
-        window.apply_settings(window.settings.model_copy(update={"engine": engine}))
+        window.apply_settings(window.settings.with_engine(**update))
 
     @property
     def panels(self) -> tuple[JobPanel, ...]:
