@@ -9,7 +9,15 @@ import pytest
 from pydantic import ValidationError
 
 from app.core import paths
-from app.core.settings import EngineConfig, SamplingConfig, Settings, load_settings, save_settings, settings_path
+from app.core.settings import (
+    EngineConfig,
+    SamplingConfig,
+    Settings,
+    changed,
+    load_settings,
+    save_settings,
+    settings_path,
+)
 from app.engine import capability
 from app.engine.capability import GpuInfo, HardwareProbe
 from app.engine.errors import EngineFailure, FailureKind
@@ -187,3 +195,5 @@ def test_code_changes_a_setting_only_through_validation() -> None:
     assert (changed_settings.engine.kv_cache_dtype, changed_settings.engine.max_model_len) == ("fp8_e4m3", 2048)
     assert settings.engine == EngineConfig(), "the original is left as it was"
     assert changed_settings.sampling == settings.sampling and changed_settings.backends == settings.backends
+    engine = changed(EngineConfig(), model="/models/x", enable_prefix_caching=False)  # "model" is a field too
+    assert (engine.model, engine.enable_prefix_caching) == ("/models/x", False)

@@ -115,9 +115,12 @@ class Settings(BaseModel):
 Model = TypeVar("Model", bound=BaseModel)
 
 
-def changed(model: Model, **changes: Any) -> Model:
-    """A copy of ``model`` with ``changes``, validated as a loaded file is (``model_copy(update=)`` is not)."""
-    return type(model).model_validate({**model.model_dump(), **changes})
+def changed(base: Model, /, **changes: Any) -> Model:
+    """A copy of ``base`` with ``changes``, validated as a loaded file is (``model_copy(update=)`` is not).
+
+    ``base`` is positional-only: ``model`` is also an EngineConfig field name.
+    """
+    return type(base).model_validate({**base.model_dump(), **changes})
 
 
 # Migrations take the raw dict of version N and return version N + 1.
