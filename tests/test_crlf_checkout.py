@@ -76,22 +76,24 @@ def test_make_setup_runs_from_a_windows_clone(clone: Path, tmp_path: Path) -> No
     assert result.returncode == 0, result.stdout + result.stderr
     assert calls.read_text().splitlines() == [
         "-m pip install --quiet -e .[gpu]",
-        "-c import vllm, transformers; print('nalar: vllm', vllm.__version__, '· transformers', transformers.__version__)",
+        "-c import vllm, transformers; print('nalar: vllm', vllm.__version__, "
+        "'· transformers', transformers.__version__)",
         "-m app.core.embedded_model"]
-    assert "bash\r" not in result.stderr
+    assert "bash\\r" not in result.stderr
 
 
 def test_without_the_attributes_the_same_clone_fails_as_it_did(tmp_path: Path) -> None:
     """The control: the bug this file guards against is real, and this harness sees it."""
     clone = windows_clone(tmp_path / "nalar")
-    (clone / ".gitattributes").unlink()
-    git("rm", "-q", "-r", "--cached", ".", cwd=clone)
-    git("reset", "-q", "--hard", cwd=clone)  # checked out again, now under autocrlf alone
+    git("rm", "-q", ".gitattributes", cwd=clone)  # from the index too: checkout falls back to the index's copy
+    for name in git("ls-files", cwd=clone).splitlines():
+        (clone / name).unlink()
+    git("checkout", "-q", "--", ".", cwd=clone)  # checked out again, now under autocrlf alone
     assert b"\r\n" in (clone / "packaging" / "setup_venv.sh").read_bytes()
     venv = stand_in_venv(tmp_path / "venv", tmp_path / "calls")
     result = subprocess.run([str(clone / "packaging" / "setup_venv.sh")], env={**os.environ, "VENV": str(venv)},
                             capture_output=True, text=True, timeout=60)
-    assert result.returncode != 0 and "bash\r" in result.stderr
+    assert result.returncode != 0 and "bash\\r" in result.stderr  # env writes the name it lacks escaped
 
 
 def test_the_working_trees_attributes_keep_scripts_lf() -> None:

@@ -60,8 +60,8 @@ class Distro:
 
     def set_gpus(self, *rows: str, code: int = 0) -> None:
         listing = "\\n".join(rows)
-        self.stub("nvidia-smi", f'[ "$1" = --query-gpu=name,compute_cap ] || exit 9\nprintf "{listing}\\n"\nexit {code}',
-                  self.wsl_lib)
+        self.stub("nvidia-smi", f'[ "$1" = --query-gpu=name,compute_cap ] || exit 9\n'
+                                f'printf "{listing}\\n"\nexit {code}', self.wsl_lib)
 
     def run(self, *args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["bash", str(SCRIPT), *args], env={**self.env, **env}, capture_output=True, text=True,

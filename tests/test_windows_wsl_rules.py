@@ -32,8 +32,10 @@ WSL_OFF = ("The Windows Subsystem for Linux optional component is not enabled. P
            "Error code: Wsl/WSL_E_WSL_OPTIONAL_COMPONENT_REQUIRED\r\n")
 NO_DISTROS = ("Windows Subsystem for Linux has no installed distributions.\r\n"
               "Distributions can be installed by visiting the Microsoft Store:\r\nhttps://aka.ms/wslstore\r\n")
-NO_SUCH_DISTRO = "There is no distribution with the supplied name.\r\nError code: Wsl/Service/WSL_E_DISTRO_NOT_FOUND\r\n"
-OLD_KERNEL = "WSL 2 requires an update to its kernel component. For information please visit https://aka.ms/wsl2kernel\r\n"
+NO_SUCH_DISTRO = ("There is no distribution with the supplied name.\r\n"
+                  "Error code: Wsl/Service/WSL_E_DISTRO_NOT_FOUND\r\n")
+OLD_KERNEL = ("WSL 2 requires an update to its kernel component. For information please visit "
+              "https://aka.ms/wsl2kernel\r\n")
 OLD_WSL = "Invalid command line option: --status\r\nUsage: wsl.exe [Argument] [Options...] [CommandLine]\r\n"
 TIMEOUT = ("The operation timed out because a response was not received from the virtual machine or container.\r\n"
            "Error code: Wsl/Service/CreateInstance/CreateVm/HCS_E_CONNECTION_TIMEOUT\r\n")
