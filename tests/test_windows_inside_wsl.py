@@ -251,7 +251,7 @@ def test_window_check_starts_the_real_app_once_in_throwaway_settings(distro: Dis
 
 def test_window_check_fails_when_there_is_no_display(distro: Distro) -> None:
     (distro.home / "nalar").symlink_to(ROOT)
-    result = distro.run("window-check", QT_QPA_PLATFORM="xcb", DISPLAY=":99", timeout=180)
+    result = distro.run("window-check", QT_QPA_PLATFORM="xcb", DISPLAY=":4711", timeout=180)
     assert "window could not open through WSLg" in problem(result)
 
 

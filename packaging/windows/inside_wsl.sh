@@ -129,8 +129,14 @@ lock_holder() {
     [ -e "$lock" ] || continue
     if ! python3 - "$lock" <<'PY' 2>/dev/null
 import fcntl, sys
-with open(sys.argv[1], "r+") as f:
+try:
+    f = open(sys.argv[1], "r+")
+except OSError:
+    sys.exit(0)  # can't probe it: apt's own Lock::Timeout decides
+try:
     fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    sys.exit(1)  # held
 PY
     then
       echo "$lock"
