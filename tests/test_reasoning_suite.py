@@ -49,14 +49,21 @@ from tests.reasoning_suite import (
     text_cuts,
     thinking_on,
     token_deltas,
+    tool_call_gap,
 )
 from tests.sse_server import Delta, ScriptedSseServer, scripted_sse_server
 
 FIXTURES = in_scope()
 IDS = [fx.id for fx in FIXTURES]
-# Over HTTP each cut is a request: whole, each tag alone, per character, random groups, tags cut too.
-HTTP_STRATEGIES = (ChunkStrategy("one"), ChunkStrategy("special"), ChunkStrategy("token"),
-                   ChunkStrategy("rand", seed=1), ChunkStrategy("char", seed=1))
+# Over HTTP each cut is a request: whole, each tag alone, random groups; per character (tags whole, and
+# tags cut too) where the output is prose. Tool-call markup is most of the text elsewhere, and a
+# thousand-event stream per cut costs seconds on a busy two-core machine; the local paths cut it all.
+HTTP_STRATEGIES = (ChunkStrategy("one"), ChunkStrategy("special"), ChunkStrategy("rand", seed=1))
+HTTP_PER_CHARACTER = (ChunkStrategy("token"), ChunkStrategy("char", seed=1))
+
+
+def http_cuts(fx: Fixture) -> dict[str, list[str]]:
+    return text_cuts(fx.raw_output, HTTP_STRATEGIES + (() if tool_call_gap(fx) else HTTP_PER_CHARACTER))
 
 
 def shown(splitter_feed: Iterator[Split]) -> Panes:
@@ -200,13 +207,21 @@ def finished_panes(events: list[EngineEvent]) -> Panes:
     return Panes(final.thinking_text, final.answer_text)
 
 
+# A reply that opens with </think> (an empty think block): a server that splits reasoning drops the tag and
+# sends only content, which can't be told from a raw server's reasoning until the stream ends. Nalar shows
+# it in the thinking pane. In the suite only a tool-call case does this.
+EMPTY_THINK_BLOCK_GAP = {"kimi/k26-empty-think"}
+
+
 @pytest.mark.parametrize("variant", ["content", "reasoning_content"])
 @pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
 def test_remote_engine(fx: Fixture, variant: str, sse_server: ScriptedSseServer,
                        remote_engines: dict[str, RemoteEngine]) -> None:
+    if variant == "reasoning_content" and fx.id in EMPTY_THINK_BLOCK_GAP:
+        pytest.xfail("a server-split reply with an empty think block shows in the thinking pane")
     engine = remote_for(fx.reference_model, sse_server, remote_engines)
     by_cut: dict[str, Panes] = {}
-    for cut, deltas in text_cuts(fx.raw_output, HTTP_STRATEGIES).items():
+    for cut, deltas in http_cuts(fx).items():
         key = f"{fx.id} {variant} {cut}"
         sse_server.scripts[key] = [{"content": d} for d in deltas] if variant == "content" else server_split(fx, deltas)
         events: list[EngineEvent] = []
@@ -247,7 +262,7 @@ def api_stream(url: str, token: str, body: dict) -> Panes:
 def test_local_api_server(fx: Fixture, api_server: tuple[ScriptedEngineDouble, str, str]) -> None:
     engine, url, token = api_server
     by_cut: dict[str, Panes] = {}
-    for cut, deltas in text_cuts(fx.raw_output, HTTP_STRATEGIES).items():
+    for cut, deltas in http_cuts(fx).items():
         engine.scripts.append(Script(deltas, tokens_per_second=1e6, think_start=start_from_prompt(fx)))
         by_cut[cut] = api_stream(url, token, {"model": "any", "stream": True,
                                               "messages": [{"role": "user", "content": fx.id}]})

@@ -93,3 +93,36 @@ def test_the_api_server_takes_enable_thinking_per_request() -> None:
         engine.loop_thread.submit(server.stop()).result(10)
         engine.close()
     assert [s.thinking for s in engine.samplings] == [False, True, True]
+
+
+def test_model_cards_sampling_per_family() -> None:
+    from app.core.model_families import with_card_sampling
+
+    def card(model: str, thinking: bool = True) -> tuple[float, float, int]:
+        s = with_card_sampling(SamplingConfig(temperature=1.0, top_p=1.0, thinking=thinking), model_family(model))
+        return s.temperature, s.top_p, s.top_k
+
+    assert card("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B") == (0.6, 0.95, 0)
+    assert not model_family("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B").system_prompt
+    assert card("Qwen/QwQ-32B-AWQ") == (0.6, 0.95, 40)
+    assert card("Qwen/Qwen3-0.6B") == (0.6, 0.95, 20)
+    assert card("Qwen/Qwen3-0.6B", thinking=False) == (0.7, 0.8, 20)
+    assert card("Qwen/Qwen3-4B-Instruct-2507") == (0.7, 0.8, 20)
+    assert card("HuggingFaceTB/SmolLM2-135M-Instruct") == (1.0, 1.0, 0), "no card: the user's settings stay"
+
+
+def test_choosing_a_model_applies_its_card_and_greedy_thinking_warns(qtbot, make_window) -> None:
+    from app.core.model_families import GREEDY_THINKING_WARNING
+
+    window = make_window(ScriptedEngineDouble([Script(["<think>t</think>a"])]))
+    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
+    chosen = window.settings.model_copy(update={"engine": window.settings.engine.model_copy(
+        update={"model": "Qwen/QwQ-32B-AWQ"})})
+    window.apply_settings(chosen)
+    sampling = window.settings.sampling
+    assert (sampling.temperature, sampling.top_p, sampling.top_k) == (0.6, 0.95, 40)
+    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
+    window.settings.sampling = sampling.model_copy(update={"temperature": 0.0})
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        window.send("greedy?")
+    assert window.notice_label.isVisible() and window.notice_label.text() == GREEDY_THINKING_WARNING

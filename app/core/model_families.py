@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from app.core.settings import SamplingConfig
+
 # hybrid: the chat template turns thinking on or off (enable_thinking); always: the model always thinks;
 # plain: no native thinking (Nalar's reasoning mode can ask it to think in <think> tags).
 ThinkingStyle = Literal["hybrid", "always", "plain"]
@@ -75,3 +77,21 @@ def model_family(model_name: str, model_type: str | None = None) -> ModelFamily:
         if all(needle in haystack for needle in needles):
             return family
     return PLAIN
+
+
+def with_card_sampling(sampling: SamplingConfig, family: ModelFamily) -> SamplingConfig:
+    """The model card's temperature, top-p and top-k (for thinking on, if the family thinks)."""
+    card = family.sampling(sampling.thinking)
+    if card is None:
+        return sampling
+    return sampling.model_copy(update={"temperature": card.temperature, "top_p": card.top_p, "top_k": card.top_k})
+
+
+GREEDY_THINKING_WARNING = ("Greedy decoding (temperature 0) with thinking on: the model cards warn that it leads to "
+                           "endless repetition. Fix: set the temperature to 0.6 in Settings.")
+
+
+def sampling_warning(sampling: SamplingConfig, family: ModelFamily) -> str | None:
+    """What is wrong with these settings for this family's thinking, if anything."""
+    thinks = family.thinks(sampling.thinking) or (family.thinking == "plain" and sampling.thinking)
+    return GREEDY_THINKING_WARNING if thinks and sampling.temperature == 0 and sampling.think_budget > 0 else None

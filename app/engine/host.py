@@ -480,7 +480,7 @@ class EngineHost(EngineBase):
             while phases:
                 name, ids = phases.pop(0)
                 params = SamplingParams(
-                    temperature=sampling.temperature, top_p=sampling.top_p,
+                    temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                     repetition_penalty=sampling.repetition_penalty, ignore_eos=ignore_eos,
                     max_tokens=min(room(len(ids)), (budget + sampling.max_tokens) if name == "think"
                                    else sampling.max_tokens),

@@ -35,7 +35,7 @@ from app.core import paths
 from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore, export_json, export_markdown
 from app.core.keystore import KeyStore
-from app.core.model_families import model_family
+from app.core.model_families import model_family, sampling_warning, with_card_sampling
 from app.core.settings import EngineConfig, Settings, save_settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
@@ -463,6 +463,8 @@ class MainWindow(QMainWindow):
         self._refresh_state()
         try:
             sampling = self.settings.sampling.model_copy(update={"thinking": conversation.thinking})
+            if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
+                self.show_notice(warning)
             await self.bridge.generate(conversation.messages(), sampling, request_id)
         except Exception as exc:  # the engine thread itself failed: still end the turn cleanly
             log.exception("generation crashed")
@@ -591,6 +593,9 @@ class MainWindow(QMainWindow):
 
     def apply_settings(self, settings: Settings) -> None:
         """Save; restart the engine (keeping the conversation) only if an engine or backend setting changed."""
+        if settings.engine.model != self.settings.engine.model:  # a model was chosen: its card's sampling
+            settings = settings.model_copy(update={"sampling": with_card_sampling(
+                settings.sampling, model_family(settings.engine.model))})
         switch = settings.backends != self.settings.backends or self.keys.profile_changes != self._engine_keys
         restart = switch or settings.engine != self.settings.engine or self.bridge.ready is None
         self.settings = settings
