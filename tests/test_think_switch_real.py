@@ -61,7 +61,7 @@ def prompt_tail(host: EngineHost, thinking: bool) -> str:
 
     assert host.config is not None
     ids, _ = host.fit_prompt(QUESTION, 64, opened_think=thinking)
-    return str(AutoTokenizer.from_pretrained(host.config.model).decode(ids[-12:]))
+    return str(AutoTokenizer.from_pretrained(host.config.model).decode(ids[-24:]))
 
 
 def test_the_switch_changes_the_prompt(hybrid_host: EngineHost) -> None:
