@@ -35,6 +35,7 @@ from app.core import paths
 from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore, export_json, export_markdown
 from app.core.keystore import KeyStore
+from app.core.model_families import model_family, sampling_warning, with_card_sampling
 from app.core.settings import EngineConfig, Settings, save_settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
@@ -45,6 +46,7 @@ from app.ui.gauges import GaugeBar
 from app.ui.measure_dialog import MeasureDialog
 from app.ui.panes import AnswerPane, ErrorBanner, PromptEdit, ThinkingPane
 from app.ui.settings_dialog import SettingsDialog
+from app.ui.think_switch import ThinkSwitch
 from app.ui.welcome_dialog import WelcomeDialog
 
 if TYPE_CHECKING:
@@ -136,14 +138,15 @@ class MainWindow(QMainWindow):
         self.notice_label.hide()
         self.prompt = PromptEdit()
         self.send_button = QPushButton("Send")
+        self.think_switch = ThinkSwitch()
         self.stop_button = QPushButton("Stop")
         self.answer_now_button = QPushButton("Answer now")
         self.answer_now_button.setToolTip("End thinking here and write the answer")
         self.regenerate_button = QPushButton("Regenerate")
         self.copy_button = QPushButton("Copy answer")
         buttons = QHBoxLayout()
-        for button in (self.send_button, self.stop_button, self.answer_now_button, self.regenerate_button,
-                       self.copy_button):
+        for button in (self.send_button, self.think_switch, self.stop_button, self.answer_now_button,
+                       self.regenerate_button, self.copy_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
 
@@ -222,6 +225,7 @@ class MainWindow(QMainWindow):
         self.bridge.backend_chosen.connect(self.on_backend_chosen)
         self.prompt.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
+        self.think_switch.toggled.connect(self.set_chat_thinking)
         self.stop_button.clicked.connect(self.stop)
         self.answer_now_button.clicked.connect(self.answer_now)
         self.regenerate_button.clicked.connect(self.regenerate)
@@ -312,6 +316,7 @@ class MainWindow(QMainWindow):
         log.info("engine ready: %s · KV %s · %d tokens · loaded in %.1f s", ready.model, ready.kv_cache_dtype,
                  ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
+        self.think_switch.show_family(model_family(ready.model))
         self._refresh_state()
         self.prompt.setFocus()
         self.update_api_server()
@@ -350,7 +355,7 @@ class MainWindow(QMainWindow):
                              "unexpectedly; what had arrived is kept, marked “interrupted”.")
 
     def new_conversation(self) -> None:
-        self.conversations.append(Conversation())
+        self.conversations.append(Conversation(thinking=self.settings.sampling.thinking))
         self.history.save_conversation(self.conversations[-1])
         item = QListWidgetItem(self.conversations[-1].title)
         self.conversation_list.list.addItem(item)
@@ -382,6 +387,7 @@ class MainWindow(QMainWindow):
         if row < 0 or row >= len(self.conversations):
             return
         conversation = self.conversations[row]
+        self.think_switch.show_chat(conversation.thinking)
         self.render_transcript(conversation, include_last=False)
         self.thinking_pane.clear()
         self.answer_pane.clear()
@@ -426,6 +432,10 @@ class MainWindow(QMainWindow):
             self._set_title(conversation.title)
         await self._run_reply(conversation)
 
+    def set_chat_thinking(self, on: bool) -> None:
+        self.conversation.thinking = on
+        self.history.save_conversation(self.conversation)
+
     @asyncSlot()
     async def regenerate(self) -> None:
         conversation = self.conversation
@@ -452,7 +462,10 @@ class MainWindow(QMainWindow):
         self._partial_timer.start()
         self._refresh_state()
         try:
-            await self.bridge.generate(conversation.messages(), self.settings.sampling, request_id)
+            sampling = self.settings.sampling.model_copy(update={"thinking": conversation.thinking})
+            if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
+                self.show_notice(warning)
+            await self.bridge.generate(conversation.messages(), sampling, request_id)
         except Exception as exc:  # the engine thread itself failed: still end the turn cleanly
             log.exception("generation crashed")
             self.bridge.post(EngineErrorEvent(request_id, EngineFailure(
@@ -580,6 +593,9 @@ class MainWindow(QMainWindow):
 
     def apply_settings(self, settings: Settings) -> None:
         """Save; restart the engine (keeping the conversation) only if an engine or backend setting changed."""
+        if settings.engine.model != self.settings.engine.model:  # a model was chosen: its card's sampling
+            settings = settings.model_copy(update={"sampling": with_card_sampling(
+                settings.sampling, model_family(settings.engine.model))})
         switch = settings.backends != self.settings.backends or self.keys.profile_changes != self._engine_keys
         restart = switch or settings.engine != self.settings.engine or self.bridge.ready is None
         self.settings = settings
