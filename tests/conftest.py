@@ -162,3 +162,48 @@ def make_window(qtbot: object, ui_loop: object) -> Iterator[object]:
         assert not window.bridge.engine.loop_thread.alive, "the engine thread outlived its window"
     leaked = [w for w in QApplication.topLevelWidgets() if w.isVisible()]
     assert not leaked, f"top-level widgets left open: {leaked}"
+
+
+def process_family(pid: int) -> list[tuple[int, float]]:
+    """(pid, start time) of a process and all its descendants now: the marks ``end_processes`` needs later."""
+    try:
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+    marks = []
+    for proc in family:
+        try:
+            marks.append((proc.pid, proc.create_time()))
+        except psutil.NoSuchProcess:
+            continue
+    return marks
+
+
+def end_processes(marks: list[tuple[int, float]], grace_s: float = 10.0) -> list[int]:
+    """Kill these processes (a reused pid is spared) and return the pids still running after ``grace_s``.
+
+    For a test's ``finally``: killing an app alone leaves its EngineCore running (vllm#55510), which
+    is then re-parented and no longer anyone's child. A zombie counts as ended: PID 1 may never reap it here.
+    """
+    from app.engine.orphans import same_process
+
+    def running() -> list[psutil.Process]:
+        alive = []
+        for pid, created in marks:
+            try:
+                if (proc := same_process(pid, created)) and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.NoSuchProcess:
+                continue
+        return alive
+
+    for proc in running():
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            continue
+    deadline = time.monotonic() + grace_s
+    while (alive := running()) and time.monotonic() < deadline:
+        time.sleep(0.1)  # ok-sleep: polling processes that are not our children to wait on
+    return [proc.pid for proc in alive]

@@ -22,7 +22,7 @@ from app.core.history import HistoryStore, history_path
 from app.core.settings import EngineConfig, SamplingConfig, Settings, load_settings, save_settings
 from app.engine.host import EngineHost
 from app.engine.orphans import owner_tag, records_dir, same_process
-from tests.conftest import child_pids, require_embedded_model, vllm_processes
+from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes
 
 
 @pytest.mark.parametrize("kind", ["missing", "not a model", "broken config"])
@@ -251,17 +251,9 @@ def test_sigkill_mid_answer_keeps_the_partial_reply_and_the_next_start_ends_orph
     finally:
         for launched in (app, second):
             if launched is not None:
-                with contextlib.suppress(psutil.Error):
-                    started += [(p.pid, p.create_time()) for p in psutil.Process(launched.pid).children(recursive=True)]
-                launched.kill()
-                launched.wait(30)
-        kill_all(started)
-
-
-def kill_all(processes: list[tuple[int, float]]) -> None:
-    """End these (pid, start time) processes: a failed test must not leave an EngineCore behind."""
-    for proc in [proc for pid, created in processes if (proc := same_process(pid, created))]:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    if leftover := still_alive(processes, timeout=10):
-        pytest.fail(f"could not end {leftover}")
+                started += process_family(launched.pid)
+        left = end_processes(started)
+        for launched in (app, second):
+            if launched is not None:
+                launched.wait(30)  # reap: it was left a zombie on purpose
+        assert left == [], f"could not end {left}"

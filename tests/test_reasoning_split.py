@@ -10,7 +10,10 @@ from app.engine.reasoning import Split, ThinkTagSplitter, VllmReasoningSplitter,
 # (stream, prompt already opened <think>, expected thinking, expected answer)
 STREAMS = [
     ("<think>\nLet me add 2 and 3.\n</think>\n\nThe sum is 5.", False, "\nLet me add 2 and 3.\n", "The sum is 5."),
-    ("Sure. <think>plan: be brief</think>Done.", False, "plan: be brief", "Sure. Done."),
+    # Only a <think> that starts the reply opens a block: an answer that mentions the tag stays whole.
+    ("Sure. <think>plan: be brief</think>Done.", False, "", "Sure. <think>plan: be brief</think>Done."),
+    ("\n<think>plan</think>Done.", False, "plan", "Done."),
+    ("<think>\nthe model opens it again\n</think>ok", True, "\nthe model opens it again\n", "ok"),
     ("I compute 7*6 = 42.\n</think>\n\n**42**", True, "I compute 7*6 = 42.\n", "**42**"),
     ("<think>this never closes <thi </thin", False, "this never closes <thi </thin", ""),
     ("no tags at all, < think > is not a tag", False, "", "no tags at all, < think > is not a tag"),
@@ -70,6 +73,10 @@ def test_parser_names_by_model_family() -> None:
     assert reasoning_parser_name("Qwen/QwQ-32B", "qwen2") == "deepseek_r1"
     assert reasoning_parser_name("Qwen/Qwen3-8B", "qwen3") == "qwen3"
     assert reasoning_parser_name("/models/SmolLM2-135M-Instruct", "llama") is None
+    # Qwen3 models that never think are plain chat models, not the qwen3 parser's.
+    assert reasoning_parser_name("Qwen/Qwen3-4B-Instruct-2507", "qwen3") is None
+    assert reasoning_parser_name("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3_moe") is None
+    assert reasoning_parser_name("deepseek-ai/DeepSeek-R1-0528-Qwen3-8B", "qwen3") == "deepseek_r1"
 
 
 def test_vllm_parser_splits_a_real_token_stream() -> None:
@@ -80,7 +87,7 @@ def test_vllm_parser_splits_a_real_token_stream() -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(str(require_embedded_model()))
     tokenizer.add_special_tokens({"additional_special_tokens": ["<think>", "</think>"]})
-    splitter = make_splitter("deepseek_r1", tokenizer, prompt_opened_think=True)
+    splitter = make_splitter("deepseek_r1", tokenizer, start="open")
     assert isinstance(splitter, VllmReasoningSplitter)
     thinking, answer = [], []
     for token_id in tokenizer.encode("First, 6 times 7 is 42.</think>The answer is 42.", add_special_tokens=False):
@@ -98,4 +105,66 @@ def test_family_without_think_tokens_falls_back_to_the_tag_splitter() -> None:
     from tests.conftest import require_embedded_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(require_embedded_model()))
-    assert isinstance(make_splitter("deepseek_r1", tokenizer, prompt_opened_think=True), ThinkTagSplitter)
+    assert isinstance(make_splitter("deepseek_r1", tokenizer, start="open"), ThinkTagSplitter)
+
+
+# ---- the defects the neutral suite found (tests/test_reasoning_suite.py replays it whole) ----------
+
+MENTIONS_THE_TAG = "Qwen wraps its reasoning in <think> tags; the answer follows."
+
+
+def panes(splitter, deltas: list[str]) -> tuple[str, str]:
+    from app.engine.reasoning import ReplyTexts
+
+    texts = ReplyTexts()
+    for delta in deltas:
+        texts.take("r", splitter.feed(delta))
+    texts.take("r", splitter.flush())
+    return texts.thinking_text, texts.answer_text
+
+
+def test_an_answer_that_mentions_the_tag_stays_whole() -> None:
+    for start in ("none", "closed"):
+        assert panes(ThinkTagSplitter(start=start), [MENTIONS_THE_TAG]) == ("", MENTIONS_THE_TAG)
+    reply = ["<think>\nThe user asks about tags.\n</think>\n\n", MENTIONS_THE_TAG]
+    assert panes(ThinkTagSplitter(start="none"), reply) == ("The user asks about tags.", MENTIONS_THE_TAG)
+
+
+def test_the_newline_before_the_closing_tag_is_not_thinking() -> None:
+    thought = panes(ThinkTagSplitter(start="open"), ["Six times seven.\n", "\n</think>\n\n42"])
+    assert thought == ("Six times seven.", "42")
+    # Whitespace inside the thought is kept: only what no thinking follows is dropped.
+    assert panes(ThinkTagSplitter(start="open"), ["a\n", "\nb\n", "</think>c"]) == ("a\n\nb", "c")
+
+
+def test_a_qwen3_reply_with_thinking_off_is_all_answer() -> None:
+    """Thinking off renders '<think>\\n\\n</think>\\n\\n' in the prompt: the reply never goes to the qwen3 parser,
+    which would take it all for reasoning."""
+    from transformers import AutoTokenizer
+
+    from app.engine.reasoning import think_start_of_prompt
+    from tests.conftest import require_embedded_model
+
+    tokenizer = AutoTokenizer.from_pretrained(str(require_embedded_model()))
+    tokenizer.add_tokens(["<think>", "</think>"])
+    start = think_start_of_prompt("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert start == "closed"
+    splitter = make_splitter("qwen3", tokenizer, start=start)
+    assert panes(splitter, ["Paris is ", "the capital."]) == ("", "Paris is the capital.")
+    assert isinstance(make_splitter("qwen3", tokenizer, start="open"), VllmReasoningSplitter)
+
+
+def test_remote_content_is_not_tag_split_once_the_server_split_the_reasoning() -> None:
+    from app.engine.reasoning import RemoteReplySplitter, ReplyTexts
+
+    splitter, texts = RemoteReplySplitter("open"), ReplyTexts()
+    for content, reasoning in (("", "The user asks about tags.\n"), ("Qwen wraps its reasoning in <th", ""),
+                               ("ink> tags; the answer follows.", "")):
+        texts.take("r", splitter.feed(content, reasoning))
+    texts.take("r", splitter.flush())
+    assert (texts.thinking_text, texts.answer_text) == ("The user asks about tags.", MENTIONS_THE_TAG)
+    # A server that passes raw tags through still gets them split.
+    raw, texts = RemoteReplySplitter("none"), ReplyTexts()
+    for content in ("<think>\nplan\n</thi", "nk>\n\nanswer"):
+        texts.take("r", raw.feed(content, ""))
+    assert (texts.thinking_text, texts.answer_text) == ("plan", "answer")

@@ -28,8 +28,8 @@ def button(dialog: SettingsDialog, which: QDialogButtonBox.StandardButton):
 def test_every_schema_field_has_an_editor(qtbot) -> None:
     dialog = make_dialog(qtbot)
     names = {name for _, name in dialog.editors}
-    assert names == set(EngineConfig.model_fields) | {"temperature", "top_p", "max_tokens", "repetition_penalty",
-                                                       "think_budget"}
+    assert names == set(EngineConfig.model_fields) | {"temperature", "top_p", "top_k", "max_tokens",
+                                                       "repetition_penalty", "think_budget", "thinking"}
 
 
 def test_fp8_is_disabled_with_the_reason_on_a_cpu_without_avx512(qtbot) -> None:

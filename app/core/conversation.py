@@ -29,6 +29,7 @@ class Conversation:
     title: str = "New conversation"
     turns: list[Turn] = field(default_factory=list)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    thinking: bool = True  # the chat's Think switch
 
     def messages(self) -> list[Message]:
         """The chat so far for the model: earlier answers without their thinking, then the last user turn."""

@@ -24,6 +24,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
     id TEXT PRIMARY KEY,
     title TEXT NOT NULL,
+    thinking INTEGER NOT NULL DEFAULT 1,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
@@ -47,10 +48,11 @@ CREATE TABLE IF NOT EXISTS messages (
     UNIQUE (conversation_id, position)
 );
 """
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Each step brings a database of version N (the key) to N + 1.
 MIGRATIONS = {
     1: "ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''",
+    2: "ALTER TABLE conversations ADD COLUMN thinking INTEGER NOT NULL DEFAULT 1",
 }
 
 
@@ -122,9 +124,10 @@ class HistoryStore:
         now = time.time()
         with self._db:
             self._db.execute(
-                "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET title = excluded.title, updated_at = excluded.updated_at",
-                (conversation.id, conversation.title, now, now))
+                "INSERT INTO conversations (id, title, thinking, created_at, updated_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET title = excluded.title, thinking = excluded.thinking, "
+                "updated_at = excluded.updated_at",
+                (conversation.id, conversation.title, int(conversation.thinking), now, now))
 
     def delete_conversation(self, conversation_id: str) -> None:
         with self._db:
@@ -133,8 +136,8 @@ class HistoryStore:
     def conversations(self) -> list[Conversation]:
         """All conversations, oldest first, with their turns."""
         found = []
-        for row in self._db.execute("SELECT id, title FROM conversations ORDER BY created_at, rowid"):
-            conversation = Conversation(title=row["title"], id=row["id"])
+        for row in self._db.execute("SELECT id, title, thinking FROM conversations ORDER BY created_at, rowid"):
+            conversation = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]))
             for message in self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY position",
                                             (row["id"],)):
                 conversation.turns.append(Turn(

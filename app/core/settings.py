@@ -54,9 +54,13 @@ class SamplingConfig(BaseModel):
 
     temperature: float = Field(0.6, ge=0.0, le=2.0)
     top_p: float = Field(0.95, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, le=1000, description="Sample from the k likeliest tokens; 0: all of them.")
     max_tokens: int = Field(1024, ge=1, le=131_072, description="Most answer tokens per reply.")
     repetition_penalty: float = Field(1.0, ge=1.0, le=2.0)
     think_budget: int = Field(1024, ge=0, le=131_072, description="Most thinking tokens before the answer is forced.")
+    thinking: bool = Field(True, description="The Think switch (each chat keeps its own; this is a new chat's). "
+                                              "Qwen3: through the chat template; R1, QwQ: always on; "
+                                              "other models: Nalar's reasoning mode.")
 
 
 LOCAL_PROFILE = "local"

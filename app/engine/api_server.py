@@ -107,6 +107,9 @@ class LocalApiServer:
         for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p")):
             if body.get(theirs) is not None:
                 update[ours] = float(body[theirs])
+        template_kwargs = body.get("chat_template_kwargs") or {}
+        if "enable_thinking" in template_kwargs:  # the Think switch, the way vLLM's server takes it
+            update["thinking"] = bool(template_kwargs["enable_thinking"])
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         if limit is not None:
             # Their limit covers thinking and answer together: split it the way our budget does.

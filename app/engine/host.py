@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from app.core.model_families import PLAIN, model_family
 from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, cpu_runtime, vllm_logging
@@ -45,7 +46,7 @@ from app.engine.orphans import (
     record_engine_processes,
     same_process,
 )
-from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, ReplyTexts, Split, make_splitter, reasoning_parser_name
+from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, ReplyTexts, Split, make_splitter, think_start_of_prompt
 
 log = logging.getLogger(__name__)
 
@@ -172,8 +173,7 @@ class EngineHost(EngineBase):
         super().__init__(on_status)
         self._engine: Any = None
         self._tokenizer: Any = None
-        self._parser_name: str | None = None
-        self._native_thinking = False
+        self._family = PLAIN
         self.config: EngineConfig | None = None
         self.ready: EngineReady | None = None
         self.kv = KvStats()
@@ -286,8 +286,7 @@ class EngineHost(EngineBase):
         if local_path is not None:
             with contextlib.suppress(OSError, ValueError):
                 model_type = json.loads((local_path / "config.json").read_text()).get("model_type")
-        self._parser_name = reasoning_parser_name(model, model_type)
-        self._native_thinking = self._parser_name is not None
+        self._family = model_family(model, model_type)
         cache = self._engine.vllm_config.cache_config
         capacity = int(getattr(cache, "kv_cache_size_tokens", 0) or (cache.num_gpu_blocks or 0) * cache.block_size)
         self.ready = EngineReady(
@@ -359,7 +358,11 @@ class EngineHost(EngineBase):
             await self._engine.abort(vllm_id)
 
     def _prompt_ids(self, messages: Sequence[Message], opened_think: bool) -> list[int]:
-        prompt = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False)
+        # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
+        hybrid = self._family.thinking == "hybrid"
+        switch = {"enable_thinking": opened_think, "thinking": opened_think} if hybrid else {}
+        prompt = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False,
+                                                     **switch)
         if opened_think and not prompt.rstrip().endswith(THINK_OPEN):
             prompt += THINK_OPEN + "\n"
         return list(self._tokenizer.encode(prompt, add_special_tokens=False))
@@ -424,15 +427,18 @@ class EngineHost(EngineBase):
         from vllm.v1.engine.exceptions import EngineDeadError
 
         assert self.config is not None and self.ready is not None
-        thinking_on = sampling.think_budget > 0 and (self._native_thinking or self.config.reasoning_mode)
-        if thinking_on and not self._native_thinking and not any(m["role"] == "system" for m in messages):
+        native = self._family.thinking != "plain"
+        thinking_on = sampling.think_budget > 0 and (
+            self._family.thinks(sampling.thinking) or (not native and sampling.thinking and self.config.reasoning_mode))
+        if thinking_on and not native and not any(m["role"] == "system" for m in messages):
             messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
         budget = sampling.think_budget if thinking_on else 0
         reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
         prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on)
         if dropped:
             yield ContextTrimmed(rid, dropped)
-        splitter = make_splitter(self._parser_name, self._tokenizer, prompt_opened_think=thinking_on)
+        start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
+        splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
 
         started = time.perf_counter()
         first_token_at: float | None = None
@@ -465,7 +471,7 @@ class EngineHost(EngineBase):
             while phases:
                 name, ids = phases.pop(0)
                 params = SamplingParams(
-                    temperature=sampling.temperature, top_p=sampling.top_p,
+                    temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                     repetition_penalty=sampling.repetition_penalty, ignore_eos=ignore_eos,
                     max_tokens=min(room(len(ids)), (budget + sampling.max_tokens) if name == "think"
                                    else sampling.max_tokens),

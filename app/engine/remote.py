@@ -2,8 +2,8 @@
 
 It speaks the streaming API through the ``openai`` package on the engine loop thread and emits
 the same typed events as EngineHost. Reasoning that arrives as ``reasoning_content`` (DeepSeek,
-older vLLM) or ``reasoning`` (newer vLLM) goes to the thinking pane; content goes through our
-``<think>`` splitter too, for servers that pass raw think tags through.
+older vLLM) or ``reasoning`` (newer vLLM) goes to the thinking pane; from a server that sends no
+such field, content goes through our ``<think>`` splitter (RemoteReplySplitter decides).
 
 The API key is handed in by the caller (it comes from the keyring) and is never logged.
 """
@@ -21,11 +21,12 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
+from app.core.model_families import model_family
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason, Metrics
-from app.engine.reasoning import ReplyTexts, Split, ThinkTagSplitter
+from app.engine.reasoning import RemoteReplySplitter, ReplyTexts, think_start_for_model
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +182,7 @@ class RemoteEngine(EngineBase):
         phase_first = {"thinking": 0.0, "answer": 0.0}
         phase_last = {"thinking": 0.0, "answer": 0.0}
         texts = ReplyTexts()
-        splitter = ThinkTagSplitter()
+        splitter = RemoteReplySplitter(think_start_for_model(self.model, None, sampling.thinking))
         usage: dict[str, int] = {}
         ready = self.ready
         finish: FinishReason = "stop"
@@ -210,6 +211,8 @@ class RemoteEngine(EngineBase):
                 "model": self.model, "messages": list(messages), "stream": True,
                 "temperature": sampling.temperature, "top_p": sampling.top_p,
                 "max_tokens": sampling.think_budget + sampling.max_tokens, "stream_options": {"include_usage": True}}
+            if model_family(self.model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
+                kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
             # The server may take its time before the first chunk: that wait is what the budget bounds.
             stream: AsyncIterator[Any] = await self._until_stopped(
                 self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
@@ -227,9 +230,7 @@ class RemoteEngine(EngineBase):
                     if not chunk.choices:
                         continue
                     choice = chunk.choices[0]
-                    reasoning = _delta_reasoning(choice.delta)
-                    part = splitter.feed(choice.delta.content or "")
-                    part = Split(reasoning + part.thinking, part.answer)
+                    part = splitter.feed(choice.delta.content or "", _delta_reasoning(choice.delta))
                     now = time.perf_counter()
                     for name, text in (("thinking", part.thinking), ("answer", part.answer)):
                         if text:

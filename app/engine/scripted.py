@@ -26,7 +26,7 @@ from app.engine.events import (
     FinishReason,
     Metrics,
 )
-from app.engine.reasoning import ReplyTexts, ThinkTagSplitter
+from app.engine.reasoning import ReplyTexts, ThinkStart, ThinkTagSplitter
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Script:
         FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
         "Restart the engine; the partial answer is kept."))
     prompt_opened_think: bool = False
+    think_start: ThinkStart | None = None  # overrides prompt_opened_think: "closed" plays a thinking-off reply
     trimmed_messages: int = 0  # announce that the oldest messages were left out, as EngineHost does
 
 
@@ -98,7 +99,7 @@ class ScriptedEngineDouble(EngineBase):
         script = self.scripts.pop(0) if self.scripts else Script(["<think>scripted thought</think>", "scripted answer"])
         if script.trimmed_messages:
             yield ContextTrimmed(rid, script.trimmed_messages)
-        splitter = ThinkTagSplitter(prompt_opened_think=script.prompt_opened_think)
+        splitter = ThinkTagSplitter(start=script.think_start, prompt_opened_think=script.prompt_opened_think)
         interval = 1.0 / script.tokens_per_second
         started = time.perf_counter()
         texts = ReplyTexts()

@@ -14,6 +14,8 @@ from qasync import asyncSlot
 
 from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore
+from app.core.model_families import model_family, sampling_warning
+from app.core.settings import changed
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import BackendChosen, EngineErrorEvent, Finished, Metrics
 from app.ui.conversation_list import ConversationListModel
@@ -94,12 +96,17 @@ class ChatSession(QObject):
             self.current_changed.emit(row)
 
     def new_conversation(self) -> None:
-        conversation = Conversation()
+        conversation = Conversation(thinking=self.controller.settings.sampling.thinking)
         self.history.save_conversation(conversation)
         self.select(self.model.append(conversation))
 
     def rename(self, title: str) -> None:
         self.model.set_title(max(0, self.current_row), title)
+        self.history.save_conversation(self.conversation)
+
+    def set_thinking(self, on: bool) -> None:
+        """The chat's Think switch, kept with the conversation."""
+        self.conversation.thinking = on
         self.history.save_conversation(self.conversation)
 
     def delete_current(self) -> None:
@@ -149,7 +156,10 @@ class ChatSession(QObject):
         self._partial_timer.start()
         self.state_changed.emit()
         try:
-            await bridge.generate(conversation.messages(), self.controller.settings.sampling, request_id)
+            sampling = changed(self.controller.settings.sampling, thinking=conversation.thinking)
+            if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
+                self.notice.emit(warning)
+            await bridge.generate(conversation.messages(), sampling, request_id)
         except Exception as exc:  # the engine thread itself failed: still end the turn cleanly
             log.exception("generation crashed")
             bridge.post(EngineErrorEvent(request_id, EngineFailure(

@@ -17,7 +17,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from qasync import asyncSlot
 
 from app.core.keystore import KeyStore
-from app.core.settings import EngineConfig, Settings, save_settings
+from app.core.model_families import model_family, with_card_sampling
+from app.core.settings import EngineConfig, Settings, changed, save_settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineErrorEvent
@@ -119,6 +120,9 @@ class EngineController(QObject):
 
     def apply_settings(self, settings: Settings) -> None:
         """Save; restart the engine only if an engine or backend setting changed (never under a reply)."""
+        if settings.engine.model != self.settings.engine.model:  # a model was chosen: its card's sampling
+            settings = changed(settings, sampling=with_card_sampling(settings.sampling,
+                                                                     model_family(settings.engine.model)))
         switch = settings.backends != self.settings.backends or self.keys.profile_changes != self._engine_keys
         restart = switch or settings.engine != self.settings.engine or self.bridge.ready is None
         self.settings = settings

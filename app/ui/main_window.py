@@ -31,6 +31,7 @@ from app.core import paths
 from app.core.conversation import Conversation
 from app.core.history import HistoryStore, export_json, export_markdown
 from app.core.keystore import KeyStore
+from app.core.model_families import model_family
 from app.core.settings import EngineConfig, Settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
@@ -44,6 +45,7 @@ from app.ui.measure_dialog import MeasureDialog
 from app.ui.panes import ErrorBanner, PromptEdit
 from app.ui.settings_dialog import SettingsDialog
 from app.ui.status_bar import EngineStatusBar
+from app.ui.think_switch import ThinkSwitch
 from app.ui.welcome_dialog import WelcomeDialog
 
 if TYPE_CHECKING:
@@ -92,14 +94,15 @@ class MainWindow(QMainWindow):
         self.notice_label.hide()
         self.prompt = PromptEdit()
         self.send_button = QPushButton("Send")
+        self.think_switch = ThinkSwitch()
         self.stop_button = QPushButton("Stop")
         self.answer_now_button = QPushButton("Answer now")
         self.answer_now_button.setToolTip("End thinking here and write the answer")
         self.regenerate_button = QPushButton("Regenerate")
         self.copy_button = QPushButton("Copy answer")
         buttons = QHBoxLayout()
-        for button in (self.send_button, self.stop_button, self.answer_now_button, self.regenerate_button,
-                       self.copy_button):
+        for button in (self.send_button, self.think_switch, self.stop_button, self.answer_now_button,
+                       self.regenerate_button, self.copy_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
 
@@ -181,6 +184,7 @@ class MainWindow(QMainWindow):
         session.reply_finished.connect(self.on_reply_finished)
         self.prompt.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
+        self.think_switch.toggled.connect(session.set_thinking)
         self.stop_button.clicked.connect(session.stop)
         self.answer_now_button.clicked.connect(session.answer_now)
         self.regenerate_button.clicked.connect(self.regenerate)
@@ -254,6 +258,7 @@ class MainWindow(QMainWindow):
         log.info("engine ready: %s · KV %s · %d tokens · loaded in %.1f s", ready.model, ready.kv_cache_dtype,
                  ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
+        self.think_switch.show_family(model_family(ready.model))
         self.refresh_state()
         self.prompt.setFocus()
 
@@ -272,6 +277,7 @@ class MainWindow(QMainWindow):
         if self.conversation_list.list.currentIndex().row() != row:
             self.conversation_list.select(row)
         conversation = self.session.model[row]
+        self.think_switch.show_chat(conversation.thinking)
         self.chat_view.show_conversation(conversation)
         if conversation.turns and conversation.turns[-1].finish_reason == "interrupted":
             self.show_notice("This reply was interrupted: Nalar closed while it streamed. "

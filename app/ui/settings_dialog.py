@@ -49,7 +49,8 @@ LABELS = {"max_model_len": "Context length (tokens)", "kv_cache_dtype": "KV cach
           "gpu_memory_utilization": "GPU memory utilization", "cpu_kv_cache_gib": "CPU KV cache (GiB)",
           "enable_prefix_caching": "Prefix caching", "enforce_eager": "Eager mode (no graphs)",
           "trust_remote_code": "Trust remote code", "top_p": "Top-p", "max_tokens": "Max answer tokens",
-          "think_budget": "Think budget (tokens)", "reasoning_mode": "Reasoning mode"}
+          "think_budget": "Think budget (tokens)", "reasoning_mode": "Reasoning mode",
+          "top_k": "Top-k", "thinking": "Think (new chats)"}
 
 
 def _label(name: str) -> str:

@@ -3,28 +3,33 @@
     Install Nalar on Windows: inside WSL2 (Ubuntu) with its GPU engine, plus Start-menu and desktop shortcuts.
 
 .DESCRIPTION
-    vLLM has no native Windows build, so Nalar runs inside WSL2 and WSLg shows its window on the Windows
-    desktop. This script:
-      1. checks that WSL is installed and the distro runs as WSL 2, that the distro is Ubuntu, that WSLg is
-         there, and that the NVIDIA driver is visible inside it (nvidia-smi);
-      2. installs the Ubuntu packages Nalar needs (as root inside the distro, so no sudo prompt);
-      3. copies this checkout (or clones -RepoUrl) to ~/nalar in the distro: on the Linux file system,
-         which is many times faster than running from /mnt/c;
-      4. runs `make setup` there with the GPU engine (vllm), and `nalar doctor` to check the result;
-      5. creates "Nalar" shortcuts in the Start menu and on the desktop that run
-         wsl.exe -d <Distro> -- bash -lc 'cd ~/nalar && .venv/bin/python -m app'
-    Every check that fails says what to do. Run it again after fixing; it is safe to rerun.
+    Double-click install.cmd next to this script (it runs this with the execution policy bypassed and keeps
+    the window open when something fails). vLLM has no native Windows build, so Nalar runs inside WSL2 and
+    WSLg shows its window on the Windows desktop. This script:
+      1. checks WSL (reading wsl.exe's exit codes and messages: virtualisation off, WSL off, no distro,
+         WSL 1), then inside the distro (inside_wsl.sh check): that Ubuntu has its own user, Ubuntu 22.04+,
+         Python 3.10+, WSLg's X socket, and an NVIDIA GPU of compute capability 7.0+ reached through the
+         Windows driver (not a Linux driver installed inside WSL);
+      2. installs the Ubuntu packages Nalar needs (as root, after waiting for apt's lock);
+      3. copies this folder (handed to WSL through WSLENV) or clones -RepoUrl to ~/nalar, on the Linux
+         file system, which is many times faster than running from /mnt/c;
+      4. runs `make setup` there with the GPU engine (vllm), and `nalar doctor`;
+      5. puts a .desktop entry and a PNG icon where WSLg looks (/usr/share), and creates "Nalar" shortcuts
+         in the Start menu and on the desktop that run wslg.exe (no console window) or, where it is
+         missing, wsl.exe;
+      6. starts Nalar's window once under WSLg and closes it, so a display problem shows up now.
+    Every check that fails says what to do. Run it again after fixing; it resumes.
 
 .EXAMPLE
-    powershell -ExecutionPolicy Bypass -File packaging\windows\install.ps1
+    install.cmd
 .EXAMPLE
     powershell -ExecutionPolicy Bypass -File packaging\windows\install.ps1 -Distro Ubuntu-24.04
 #>
 [CmdletBinding()]
 param(
-    # The WSL distro to install into (see `wsl -l -v`).
+    # The WSL distro to install into (see `wsl -l -v`). Without it: Ubuntu, or the one Ubuntu-* there is.
     [string]$Distro = "Ubuntu",
-    # A Nalar checkout on Windows to copy into WSL; by default the one this script belongs to.
+    # A Nalar folder on Windows to copy into WSL; by default the one this script belongs to.
     [string]$Source = "",
     # Clone this git URL inside WSL instead of copying -Source.
     [string]$RepoUrl = "",
@@ -32,141 +37,123 @@ param(
     [switch]$NoShortcuts
 )
 
-Set-StrictMode -Version Latest
-$ErrorActionPreference = "Stop"
-# wsl.exe writes UTF-16 unless told otherwise; with WSL_UTF8 its output parses as text.
-$env:WSL_UTF8 = "1"
+. (Join-Path $PSScriptRoot "wsl_common.ps1")
 
 $InstallDir = "nalar"  # under the distro user's home: ~/nalar
-$LaunchCommand = "cd ~/$InstallDir && .venv/bin/python -m app"
-$AptPackages = "git make rsync python3-venv python3-dev build-essential libgl1 libegl1 libxkbcommon-x11-0 " +
-    "libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-xinerama0 " +
-    "libxcb-xkb1 libxcb-randr0 libxcb-shape0 fonts-dejavu-core"
+$LaunchCommand = "exec bash ~/$InstallDir/packaging/windows/inside_wsl.sh launch"
+$LaunchLog = "~/.local/state/nalar/wslg-launch.log"
+$AptPackages = @("git", "make", "rsync", "python3-venv", "python3-dev", "build-essential", "libgl1", "libegl1",
+    "libxkbcommon-x11-0", "libxcb-cursor0", "libxcb-icccm4", "libxcb-image0", "libxcb-keysyms1",
+    "libxcb-render-util0", "libxcb-xinerama0", "libxcb-xkb1", "libxcb-randr0", "libxcb-shape0", "fonts-dejavu-core")
 
-function Fail([string]$Problem, [string]$Fix) {
-    Write-Host ""
-    Write-Host "Nalar could not be installed: $Problem" -ForegroundColor Red
-    Write-Host "Fix: $Fix" -ForegroundColor Yellow
-    exit 1
-}
-
-function Step([string]$Text) {
-    Write-Host "==> $Text" -ForegroundColor Cyan
-}
-
-# Runs a bash command inside the distro and returns its exit code. -e runs bash directly, not through the
-# default shell, so the command reaches bash as one argument. Its output goes to the console, not into
-# the function's return value.
-function Invoke-Wsl([string]$Command, [switch]$AsRoot) {
-    $userArgs = @()
-    if ($AsRoot) { $userArgs = @("-u", "root") }
-    & wsl.exe -d $Distro @userArgs -e bash -lc $Command | Out-Host
-    return $LASTEXITCODE
-}
-
-# ---- 1. WSL 2, the distro, WSLg and the GPU ----------------------------------------------------------
+# ---- 1. WSL, the distro, and what inside_wsl.sh checks in it --------------------------------------------
 
 Step "Checking WSL"
 if (-not (Get-Command wsl.exe -ErrorAction SilentlyContinue)) {
-    Fail "WSL is not installed." "In PowerShell as administrator run: wsl --install -d Ubuntu   then reboot and run this script again."
+    Fail "WSL is not installed." `
+         "In PowerShell as administrator run: wsl --install -d Ubuntu, restart Windows, open Ubuntu once to create your user, then run install.cmd again."
 }
-& wsl.exe --status *> $null
-if ($LASTEXITCODE -ne 0) {
-    Fail "wsl --status failed: WSL is not set up (or too old to know --status)." `
-         "Run: wsl --install   (as administrator), or wsl --update, then reboot."
-}
+$status = Invoke-WslCaptured @("--status")
+if ($status.Code -ne 0) { Stop-WithWslDiagnosis "wsl --status" $status }
 
-$listing = (& wsl.exe -l -v) -join "`n"
-$row = $listing -split "`n" | ForEach-Object { $_.Trim().TrimStart("*").Trim() } |
-    Where-Object { $_ -match "^$([regex]::Escape($Distro))\s+\S+\s+(\d)$" } | Select-Object -First 1
+$listing = Invoke-WslCaptured @("-l", "-v")
+if ($listing.Code -ne 0) { Stop-WithWslDiagnosis "wsl -l -v" $listing }
+$rows = @(foreach ($line in $listing.Text -split "`n") {
+    if ($line -match $WslRules.distro_row -and $Matches[1] -ne "NAME") {
+        [pscustomobject]@{ Name = $Matches[1]; Version = [int]$Matches[3] }
+    }
+})
+$row = $rows | Where-Object { $_.Name -eq $Distro } | Select-Object -First 1
+if (-not $row -and -not $PSBoundParameters.ContainsKey("Distro")) {
+    $row = $rows | Where-Object { $_.Name -like "Ubuntu*" } | Select-Object -First 1  # the Store's Ubuntu-24.04
+    if ($row) { $Distro = $row.Name }
+}
 if (-not $row) {
-    Fail "WSL has no distro named '$Distro' (wsl -l -v lists: $($listing -replace '\s+', ' '))." `
-         "Install it with: wsl --install -d Ubuntu   or pass the right name: -Distro <name>."
+    Fail "WSL has no distro named '$Distro' (it has: $(($rows | ForEach-Object { $_.Name }) -join ', '))." `
+         "Install Ubuntu with: wsl --install -d Ubuntu, open it once to create your user, or pass the right name: install.cmd -Distro <name>."
 }
-$version = [int]([regex]::Match($row, "(\d)$").Groups[1].Value)
-if ($version -ne 2) {
-    Fail "'$Distro' runs as WSL $version; the GPU and WSLg need WSL 2." "Run: wsl --set-version $Distro 2"
-}
-
-$osId = (& wsl.exe -d $Distro -e sh -c '. /etc/os-release && echo $ID') -join ""
-if ($osId.Trim() -ne "ubuntu") {
-    Fail "'$Distro' is '$($osId.Trim())', not Ubuntu; Nalar's set-up is tested on Ubuntu." `
-         "Install Ubuntu with: wsl --install -d Ubuntu   and pass -Distro Ubuntu."
+if ($row.Version -ne 2) {
+    Fail "'$Distro' runs as WSL $($row.Version); the GPU and WSLg need WSL 2." "In PowerShell run: wsl --set-version $Distro 2"
 }
 
-& wsl.exe -d $Distro -e test -d /mnt/wslg
-if ($LASTEXITCODE -ne 0) {
-    Fail "WSLg (which shows Linux windows on the Windows desktop) is not available in '$Distro'." `
-         "Use Windows 11 or Windows 10 22H2 with WSL from the Microsoft Store: run wsl --update, then wsl --shutdown."
-}
+# Starting the distro is where a VM that can't run (virtualisation off in the BIOS) shows itself.
+$started = Invoke-WslCaptured @("-d", $Distro, "-e", "true")
+if ($started.Code -ne 0) { Stop-WithWslDiagnosis "starting $Distro" $started }
 
-Step "Checking the NVIDIA GPU inside WSL (nvidia-smi)"
-if ((Invoke-Wsl "nvidia-smi -L || /usr/lib/wsl/lib/nvidia-smi -L") -ne 0) {
-    Fail "nvidia-smi inside '$Distro' does not see a GPU." `
-         ("Install the current NVIDIA driver for Windows (it includes WSL support), run wsl --shutdown, and check " +
-          "that nvidia-smi lists your card inside Ubuntu. Do not install an NVIDIA Linux driver inside WSL.")
-}
+Step "Checking $Distro inside: your user, Ubuntu and Python versions, WSLg, the NVIDIA GPU"
+Invoke-Inside "check"
+$LinuxHome = (Get-Said "home") | Select-Object -First 1
+if (-not $LinuxHome) { Fail "the check inside $Distro did not name your home folder." "Run install.cmd again." }
 
 # ---- 2. Ubuntu packages ------------------------------------------------------------------------------
 
-Step "Installing Ubuntu packages (git, make, python3-venv, Qt's libraries)"
-if ((Invoke-Wsl "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $AptPackages" -AsRoot) -ne 0) {
-    Fail "apt-get could not install: $AptPackages" "Check the network inside WSL (ping archive.ubuntu.com) and rerun."
-}
+Step "Installing Ubuntu packages (git, make, rsync, python3-venv, Qt's libraries)"
+Invoke-Inside "apt" $AptPackages -AsRoot
 
 # ---- 3. Nalar's files in ~/nalar ------------------------------------------------------------------------
 
 if ($RepoUrl) {
     Step "Cloning $RepoUrl into ~/$InstallDir"
-    $code = Invoke-Wsl "if [ -d ~/$InstallDir/.git ]; then git -C ~/$InstallDir pull --ff-only; else git clone '$RepoUrl' ~/$InstallDir; fi"
-    if ($code -ne 0) { Fail "git could not fetch $RepoUrl." "Check the URL and the network, then rerun." }
+    Invoke-Inside "clone" @($RepoUrl)
 } else {
     if (-not $Source) { $Source = (Resolve-Path (Join-Path $PSScriptRoot "..\..")).Path }
-    if (-not (Test-Path (Join-Path $Source "Makefile")) -or -not (Test-Path (Join-Path $Source "app\__main__.py"))) {
-        Fail "$Source is not a Nalar checkout (no Makefile and app\__main__.py)." "Pass -Source <checkout> or -RepoUrl <git url>."
+    if (-not (Test-Path -LiteralPath (Join-Path $Source "Makefile")) -or
+        -not (Test-Path -LiteralPath (Join-Path $Source "app\__main__.py"))) {
+        Fail "$Source is not a Nalar folder (no Makefile and app\__main__.py)." "Pass -Source <folder> or -RepoUrl <git url>."
     }
-    $wslSource = ((& wsl.exe -d $Distro -e wslpath -a ($Source -replace "\\", "/")) -join "").Trim()
+    Set-WslPathVariable "NALAR_SOURCE" $Source
     Step "Copying $Source into ~/$InstallDir"
-    $code = Invoke-Wsl "mkdir -p ~/$InstallDir && rsync -a --delete --exclude .venv --exclude __pycache__ --exclude .pytest_cache '$wslSource/' ~/$InstallDir/"
-    if ($code -ne 0) { Fail "copying $Source into WSL failed." "Check that $Source is readable, then rerun." }
+    Invoke-Inside "copy"
 }
 
 # ---- 4. The venv with the GPU engine ------------------------------------------------------------------
 
 Step "Installing Nalar with the GPU engine (make setup: vLLM, PyTorch, the embedded model; several minutes)"
-if ((Invoke-Wsl "cd ~/$InstallDir && NALAR_ENGINE=gpu make setup") -ne 0) {
-    Fail "make setup failed inside WSL." "Read the error above; rerun this script after fixing it (it resumes)."
-}
-Step "Checking the result (nalar doctor)"
-if ((Invoke-Wsl "cd ~/$InstallDir && .venv/bin/python -m app doctor") -ne 0) {
-    Write-Host "nalar doctor reported a problem (above). Nalar is installed; fix that before the first start." `
-        -ForegroundColor Yellow
-}
+Invoke-Inside "setup"
 
-# ---- 5. Shortcuts ----------------------------------------------------------------------------------------
+# ---- 5. Desktop entry and shortcuts ---------------------------------------------------------------------
+
+Step "Adding Nalar's icon where WSLg looks for it (/usr/share/applications)"
+Invoke-Inside "desktop-entry" @("$LinuxHome/$InstallDir") -AsRoot
 
 if (-not $NoShortcuts) {
     Step "Creating Start-menu and desktop shortcuts"
+    # wslg.exe (WSL from the Store) starts GUI apps with no console window and shows WSL's errors in a
+    # message box; the built-in WSL has only wsl.exe, whose console then stays minimized.
+    $wslg = Join-Path $env:ProgramFiles "WSL\wslg.exe"
+    if (-not (Test-Path -LiteralPath $wslg)) {
+        $found = Get-Command wslg.exe -ErrorAction SilentlyContinue
+        $wslg = if ($found) { $found.Source } else { $null }
+    }
     $iconDir = Join-Path $env:LOCALAPPDATA "Nalar"
     New-Item -ItemType Directory -Force -Path $iconDir | Out-Null
     $icon = Join-Path $iconDir "nalar.ico"
     $iconSource = Join-Path $PSScriptRoot "..\..\resources\nalar.ico"
-    if (Test-Path $iconSource) { Copy-Item -Force $iconSource $icon }
+    if (Test-Path -LiteralPath $iconSource) { Copy-Item -Force -LiteralPath $iconSource -Destination $icon }
     $shell = New-Object -ComObject WScript.Shell
     $places = @([Environment]::GetFolderPath("Programs"), [Environment]::GetFolderPath("Desktop"))
     foreach ($folder in $places) {
         $link = $shell.CreateShortcut((Join-Path $folder "Nalar.lnk"))
-        $link.TargetPath = Join-Path $env:WINDIR "System32\wsl.exe"
-        $link.Arguments = "-d $Distro -- bash -lc '$LaunchCommand'"
+        $link.Arguments = "-d $Distro --cd ~ -- $LaunchCommand"
+        if ($wslg) {
+            $link.TargetPath = $wslg
+        } else {
+            $link.TargetPath = Join-Path $env:WINDIR "System32\wsl.exe"
+            $link.WindowStyle = 7  # minimized: closing this console would end Nalar without an orderly stop
+        }
         $link.WorkingDirectory = $env:USERPROFILE
         $link.Description = "Nalar: reasoning models on your GPU (runs in WSL2, shown through WSLg)"
-        $link.WindowStyle = 7  # minimized: the wsl.exe console stays out of the way; Nalar's window is WSLg's
-        if (Test-Path $icon) { $link.IconLocation = "$icon,0" }
+        if (Test-Path -LiteralPath $icon) { $link.IconLocation = "$icon,0" }
         $link.Save()
-        Write-Host "    $(Join-Path $folder 'Nalar.lnk')"
+        Write-Host "    $(Join-Path $folder 'Nalar.lnk') -> $($link.TargetPath)"
     }
 }
 
+# ---- 6. One real window start under WSLg --------------------------------------------------------------
+
+Step "Opening Nalar's window once under WSLg (it closes by itself)"
+Invoke-Inside "window-check"
+
 Write-Host ""
-Write-Host "Nalar is installed in WSL ($Distro, ~/$InstallDir). Start it from the Start menu or the desktop," -ForegroundColor Green
-Write-Host "or from Ubuntu with: $LaunchCommand" -ForegroundColor Green
+Write-Host "Nalar is installed in WSL ($Distro, ~/$InstallDir). Start it from the Start menu or the desktop." -ForegroundColor Green
+Write-Host "If its window does not appear, read $LaunchLog in Ubuntu." -ForegroundColor Green

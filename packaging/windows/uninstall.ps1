@@ -1,41 +1,62 @@
 <#
 .SYNOPSIS
-    Remove Nalar's Windows shortcuts, and with -RemoveFiles its folder inside WSL (~/nalar).
+    Remove Nalar's Windows shortcuts and its WSLg desktop entry; with -RemoveFiles its folder inside WSL
+    (~/nalar). Offers to remove the pip and vLLM download caches the set-up filled.
 
 .DESCRIPTION
     Settings, conversations and downloaded models live in the distro's ~/.config/nalar, ~/.local/share/nalar
-    and ~/.cache/nalar; they stay unless -RemoveUserData is given too.
+    and ~/.cache/nalar; they stay unless -RemoveUserData is given too. Every removal is checked afterwards,
+    and what could not be removed is named (exit code 1).
+
+.EXAMPLE
+    uninstall.cmd -RemoveFiles
 #>
 [CmdletBinding()]
 param(
     [string]$Distro = "Ubuntu",
     [switch]$RemoveFiles,
-    [switch]$RemoveUserData
+    [switch]$RemoveUserData,
+    # Remove pip's and vLLM's caches in the distro without asking (-KeepCaches: keep them without asking).
+    [switch]$RemoveCaches,
+    [switch]$KeepCaches
 )
 
-Set-StrictMode -Version Latest
-$ErrorActionPreference = "Stop"
-$env:WSL_UTF8 = "1"
-$InstallDir = "nalar"
+. (Join-Path $PSScriptRoot "wsl_common.ps1")
 
-foreach ($folder in @([Environment]::GetFolderPath("Programs"), [Environment]::GetFolderPath("Desktop"))) {
-    $link = Join-Path $folder "Nalar.lnk"
-    if (Test-Path $link) {
-        Remove-Item -Force $link
-        Write-Host "removed $link"
+$left = @()
+$iconDir = Join-Path $env:LOCALAPPDATA "Nalar"
+$windowsFiles = @([Environment]::GetFolderPath("Programs"), [Environment]::GetFolderPath("Desktop")) |
+    ForEach-Object { Join-Path $_ "Nalar.lnk" }
+foreach ($path in @($windowsFiles) + $iconDir) {
+    if (-not (Test-Path -LiteralPath $path)) { continue }
+    Remove-Item -Recurse -Force -LiteralPath $path -ErrorAction SilentlyContinue
+    if (Test-Path -LiteralPath $path) { $left += $path } else { Write-Host "removed $path" }
+}
+
+if (-not (Get-Command wsl.exe -ErrorAction SilentlyContinue)) {
+    Write-Host "WSL is not installed, so there is nothing of Nalar's inside it to remove."
+} else {
+    $started = Invoke-WslCaptured @("-d", $Distro, "-e", "true")
+    if ($started.Code -ne 0) { Stop-WithWslDiagnosis "starting $Distro" $started }
+    # Each step checks its own removals and stops with what is left (Invoke-Inside fails on it).
+    Invoke-Inside "remove-desktop-entry" -AsRoot
+    if ($RemoveFiles) { Invoke-Inside "remove-files" }
+    if ($RemoveUserData) { Invoke-Inside "remove-user-data" }
+
+    Invoke-Inside "caches"
+    $caches = @(Get-Said "cache")
+    if ($caches.Count -gt 0 -and -not $KeepCaches) {
+        Write-Host ""
+        Write-Host "Nalar's set-up filled these download caches in $Distro (other Python projects may use them too):"
+        $caches | ForEach-Object { Write-Host "    $_" }
+        $remove = $RemoveCaches
+        if (-not $remove) { $remove = (Read-Host "Remove them? [y/N]") -match "^\s*y" }
+        if ($remove) { Invoke-Inside "remove-caches" }
     }
 }
-$iconDir = Join-Path $env:LOCALAPPDATA "Nalar"
-if (Test-Path $iconDir) {
-    Remove-Item -Recurse -Force $iconDir
-    Write-Host "removed $iconDir"
-}
 
-if ($RemoveFiles) {
-    & wsl.exe -d $Distro -e bash -lc "rm -rf ~/$InstallDir"
-    Write-Host "removed ~/$InstallDir in $Distro"
+if ($left.Count -gt 0) {
+    Fail "could not remove: $($left -join ', ')." "Close Nalar (and any window showing those files) and run uninstall.cmd again."
 }
-if ($RemoveUserData) {
-    & wsl.exe -d $Distro -e bash -lc "rm -rf ~/.config/nalar ~/.local/share/nalar ~/.cache/nalar ~/.local/state/nalar"
-    Write-Host "removed Nalar's settings, history and models in $Distro"
-}
+Write-Host "Nalar's shortcuts and desktop entry are gone." -ForegroundColor Green
+if (-not $RemoveFiles) { Write-Host "Its files stay in ~/nalar in $Distro (uninstall.cmd -RemoveFiles removes them)." }
