@@ -17,8 +17,6 @@ from app.core.conversation import Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.reasoning import THINK_OPEN
 
-FIRST_BATCH = 16  # messages tokenised together while walking back; the batch doubles each time
-
 
 class ChatTokenizer(Protocol):
     """What trimming needs of a tokenizer: Hugging Face's (and vLLM's wrapper of it) have both."""
@@ -85,28 +83,35 @@ def _estimate_cut(tokenizer: ChatTokenizer, turns: list[Message], budget: int,
     """Where the cut probably falls, from each turn's own token count plus what the template adds
     around a turn of its role (measured on the newest turns: "assistant" may cost more than "user").
 
-    Walks back from the newest turn in growing batches and stops as soon as the budget is spent, so
-    turns far older than the window are never tokenised.
+    Walks back from the newest turn in batches sized to what is left of the budget, and stops as soon
+    as it is spent, so turns far older than the window are never tokenised.
     """
     newest = len(turns) - 1
     total = len(ids_without(newest))  # exact: the newest turn with the system message and framing
     if total > budget:
         return newest
     framing: dict[str, int] = {}
+    sample_chars = sample_tokens = 0
     for index in range(newest - 1, max(newest - 3, -1), -1):
         own = _token_counts(tokenizer, turns[index:index + 1])[0]
         added = len(ids_without(index)) - len(ids_without(index + 1)) - own
         framing.setdefault(turns[index]["role"], max(0, added))
+        sample_chars, sample_tokens = sample_chars + len(turns[index]["content"]), sample_tokens + own
     default = max(framing.values())
-    end, batch = newest, FIRST_BATCH
+    chars_per_token = max(1.0, sample_chars / max(1, sample_tokens))
+    end = newest
     while end > 0:
-        start = max(0, end - batch)
+        # Enough turns, by their length and framing, to spend what is left of the budget, and a quarter more.
+        reach, start = (budget - total) * chars_per_token * 1.25, end - 1
+        while start > 0 and reach > 0:
+            reach -= len(turns[start]["content"]) + default * chars_per_token
+            start -= 1
         counts = _token_counts(tokenizer, turns[start:end])
         for index in range(end - 1, start - 1, -1):
             total += counts[index - start] + framing.get(turns[index]["role"], default)
             if total > budget:
                 return index + 1
-        end, batch = start, batch * 2
+        end = start
     return 0
 
 
