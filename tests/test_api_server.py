@@ -106,9 +106,10 @@ def test_a_client_that_leaves_mid_stream_ends_its_request_in_the_engine(api_serv
 
 
 def test_a_client_that_stops_waiting_for_a_plain_completion_ends_its_request(api_server: LocalApiServer, qtbot,
-                                                                             caplog) -> None:
+                                                                             caplog, monkeypatch) -> None:
     """It ran to its end after the client had gone (and the openai client retries twice by default)."""
     caplog.set_level(logging.INFO, logger="app.engine.api_server")
+    monkeypatch.setenv("NALAR_IGNORE_EOS", "1")  # the reply is still running when the client leaves
     engine = api_server.engine
     body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400}
     with pytest.raises(httpx.ReadTimeout):
