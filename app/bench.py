@@ -1,4 +1,4 @@
-"""`nalar bench …`: engine-layer overhead, UI throughput and stalls, start-up time.
+"""`nalar bench …`: engine-layer overhead, UI throughput and stalls, start-up time, trimming.
 
 Targets are checked here, in measurements, not in timed tests. Results print as a
 table (or JSON) and are saved under the data dir's bench/ folder.
@@ -259,6 +259,54 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
             "app_process_cpu_share_while_streaming": round(statistics.median(parent_cpu), 3)}
 
 
+# ---- trimming: a long conversation cut to the context, on the real tokenizer ----------------------
+
+def _conversation(turns: int, chars: int) -> list[dict[str, str]]:
+    words = "the sky is blue because air scatters short wavelengths more than long ones".split()
+    messages = [{"role": "system", "content": "Be brief."}]
+    for index in range(turns):
+        text = " ".join(words[(index + k) % len(words)] for k in range(chars // 5 + 1))[:chars]
+        messages.append({"role": "user" if index % 2 == 0 else "assistant", "content": text})
+    return messages
+
+
+def bench_trim(context: int = 4096, repeats: int = 5) -> dict[str, Any]:
+    """``fit_prompt`` as EngineHost calls it (reserve a quarter of the context) against the old way."""
+    from transformers import AutoTokenizer
+
+    from app.core.embedded_model import ensure_embedded_model
+    from app.engine.trimming import fit_by_dropping_one_at_a_time, fit_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_embedded_model()))
+    reserve = context // 4
+
+    def median_ms(fit: Any, messages: list[dict[str, str]], runs: int) -> tuple[str, int]:
+        """Wall and CPU ms: on a shared machine the wall time is mostly waiting for a core."""
+        wall, cpu, dropped = [], [], 0
+        for _ in range(runs):
+            started, started_cpu = time.perf_counter(), time.process_time()
+            _, dropped = fit(messages)
+            wall.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - started_cpu) * 1000)
+        return f"{statistics.median(wall):.1f} wall, {statistics.median(cpu):.1f} CPU", dropped
+
+    result: dict[str, Any] = {"benchmark": "trim", "context_tokens": context, "reserve_tokens": reserve,
+                              "load_average_1min": round(os.getloadavg()[0], 1)}
+    fast = lambda m: fit_prompt(tokenizer, m, limit=context, reserve=reserve, opened_think=False)  # noqa: E731
+    fast(_conversation(10, 100))  # warm-up: the template compiles once
+    for turns, chars in ((1_000, 600), (1_000, 4_500), (30_000, 1)):
+        ms, dropped = median_ms(fast, _conversation(turns, chars), repeats)
+        result[f"{turns:,} messages x {chars:,} chars: ms"] = f"{ms} ({dropped:,} dropped)"
+    old = lambda m: fit_by_dropping_one_at_a_time(tokenizer, m, budget=context - reserve,  # noqa: E731
+                                                  opened_think=False)
+    for turns, chars in ((60, 2_000),):
+        old_ms, _ = median_ms(old, _conversation(turns, chars), 1)
+        new_ms, _ = median_ms(fast, _conversation(turns, chars), repeats)
+        result[f"{turns} messages x {chars:,} chars: old way ms"] = old_ms
+        result[f"{turns} messages x {chars:,} chars: ms"] = new_ms
+    return result
+
+
 # ---- start-up: process start to window shown ---------------------------------------------------
 
 def bench_startup(repeats: int = 3) -> dict[str, Any]:
@@ -289,6 +337,8 @@ def run_bench(what: str, *, tokens: int, as_json: bool) -> int:
         results.append(bench_ui_real(tokens))
     if what in ("engine", "all"):
         results.append(bench_engine(tokens))
+    if what in ("trim", "all"):
+        results.append(bench_trim())
     report = {"machine": machine_description(), "when": time.strftime("%Y-%m-%d %H:%M"), "results": results}
     folder = paths.data_dir() / "bench"
     folder.mkdir(parents=True, exist_ok=True)

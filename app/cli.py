@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         "bench", help="measure the configured model with KV dtype auto and fp8 (or a developer benchmark)",
         description="Without WHAT: the FP8 KV benchmark of the configured model (TTFT, ms/token by context "
                     "depth, KV capacity, bandwidth floor), saved as JSON and PNG in the data dir. "
-                    "engine|ui|startup|all: the developer benchmarks.")
-    bench.add_argument("what", nargs="?", choices=["engine", "ui", "startup", "all"],
+                    "engine|ui|startup|trim|all: the developer benchmarks.")
+    bench.add_argument("what", nargs="?", choices=["engine", "ui", "startup", "trim", "all"],
                        help="a developer benchmark instead of the FP8 one")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")

@@ -25,7 +25,7 @@ import psutil
 
 from app.core.model_families import PLAIN, model_family
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine import capability, cpu_runtime, vllm_logging
+from app.engine import capability, cpu_runtime, trimming, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
@@ -45,7 +45,7 @@ from app.engine.orphans import (
     record_engine_processes,
     same_process,
 )
-from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, ReplyTexts, Split, make_splitter, think_start_of_prompt
+from app.engine.reasoning import THINK_CLOSE, ReplyTexts, Split, make_splitter, think_start_of_prompt
 
 log = logging.getLogger(__name__)
 
@@ -366,34 +366,14 @@ class EngineHost(EngineBase):
         if vllm_id and self._engine is not None:
             await self._engine.abort(vllm_id)
 
-    def _prompt_ids(self, messages: Sequence[Message], opened_think: bool) -> list[int]:
-        # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
-        hybrid = self._family.thinking == "hybrid"
-        switch = {"enable_thinking": opened_think, "thinking": opened_think} if hybrid else {}
-        prompt = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False,
-                                                     **switch)
-        if opened_think and not prompt.rstrip().endswith(THINK_OPEN):
-            prompt += THINK_OPEN + "\n"
-        return list(self._tokenizer.encode(prompt, add_special_tokens=False))
-
     def fit_prompt(self, messages: Sequence[Message], reserve: int, opened_think: bool) -> tuple[list[int], int]:
         """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it."""
         assert self.ready is not None
-        limit = self.ready.max_model_len
-        system = [m for m in messages[:1] if m["role"] == "system"]
-        turns = list(messages[len(system):])
-        dropped = 0
-        while True:
-            ids = self._prompt_ids(system + turns, opened_think)
-            if len(ids) + reserve <= limit or len(turns) <= 1:
-                break
-            turns.pop(0)
-            dropped += 1
-        if len(ids) >= limit - 1:
-            raise EngineFailure(FailureKind.PROMPT_TOO_LONG,
-                                f"The message is {len(ids):,} tokens; the context holds {limit:,}.",
-                                "Shorten the message, or raise the context length in Settings.")
-        return ids, dropped
+        # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
+        switch = ({"enable_thinking": opened_think, "thinking": opened_think}
+                  if self._family.thinking == "hybrid" else {})
+        return trimming.fit_prompt(self._tokenizer, messages, limit=self.ready.max_model_len, reserve=reserve,
+                                   opened_think=opened_think, template_kwargs=switch)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
                        request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
