@@ -36,6 +36,7 @@ from app.core.saturation import (
     series_to_dict,
     summarise_cell,
     sweep_to_dict,
+    usable_blocks,
 )
 from app.core.settings import EngineConfig, load_settings
 from app.fp8_bench import BenchCancelled, cancel_on_signals, depth_prompt_ids, stdout_to_stderr
@@ -62,7 +63,7 @@ class SweepPlan:
         if on_gpu:
             return SweepPlan((2048, 8192, 32768), (1, 2, 4, 8, 16, 32, 64), 1024, 2, 40960, 0,
                              LatencyTargets.default(True))
-        return SweepPlan((256, 512, 768), (1, 2, 3, 4, 5, 6), 64, 2, 1024, 32, LatencyTargets.default(False))
+        return SweepPlan((256, 512, 640), (1, 2, 3, 4, 6), 32, 2, 1024, 32, LatencyTargets.default(False))
 
 
 # ---- one engine's sweep ------------------------------------------------------------------------
@@ -129,13 +130,18 @@ def sweep_dtype(config: EngineConfig, plan: SweepPlan, predicted_capacity: int |
         warm = unique_prompt_ids(host._tokenizer, 64, f"{dtype}-warmup", 0)
         host.loop_thread.submit(_stream(host, warm, 8, f"{dtype}-warmup", True)).result(900)
         capacity = ready.kv_capacity_tokens
-        total_blocks = capacity // block_size
+        total_blocks = usable_blocks(capacity, block_size)
         rows: list[RowResult] = []
         for row_index, context in enumerate(plan.contexts):
             cells: list[CellResult] = []
             for concurrency in plan.concurrency:
                 on_cell(f"{dtype}: {context:,}-token chats × {concurrency}", row_index, concurrency)
-                series = host.loop_thread.submit(run_cell(host, context, concurrency, plan, dtype)).result(3600)
+                running = host.loop_thread.submit(run_cell(host, context, concurrency, plan, dtype))
+                try:
+                    series = running.result(3600)
+                except BaseException:  # a cancel (SIGTERM): stop the cell's requests before the engine closes
+                    running.cancel()
+                    raise
                 if keep_series is not None:
                     keep_series.append({"kv_cache_dtype": dtype, "total_blocks": total_blocks,
                                         "block_size": block_size, **series_to_dict(series)})
@@ -297,7 +303,9 @@ def run_saturation_command(*, contexts: Sequence[int] | None, concurrency: Seque
             config = EngineConfig.model_validate({**settings.engine.model_dump(), **overrides})
             for dtype in kv_dtypes:
                 EngineConfig(kv_cache_dtype=dtype)  # type: ignore[arg-type]
-            EngineConfig(max_model_len=plan.max_model_len, cpu_kv_cache_gib=max(plan.cpu_kv_pool_mib, 32) / 1024)
+            EngineConfig(max_model_len=plan.max_model_len)
+            if plan.cpu_kv_pool_mib:
+                EngineConfig(cpu_kv_cache_gib=plan.cpu_kv_pool_mib / 1024)
             if plan.output_tokens < 2:
                 raise ValueError("--tokens must be 2 or more (ms/token needs two tokens)")
             if not any(c + plan.output_tokens <= plan.max_model_len for c in plan.contexts):

@@ -57,6 +57,9 @@ def test_a_cell_reads_peak_kv_preemptions_queueing_and_latency_from_its_series()
     assert result.ttft_p50_s == pytest.approx(0.2) and result.requests == 3
     tight = summarise_cell(cell(512, 3, gap_s=0.05, usage=0.8, waiting=1), total_blocks=20, block_size=128)
     assert tight.waited_for_kv and tight.kv_saturated and tight.preemptions == 0  # 4 free blocks < 5 needed
+    # Past that point more chats only queue: the row stops, whatever the latency.
+    assert row_should_stop([tight], LatencyTargets(relative=(100.0,)))
+    assert not row_should_stop([result], LatencyTargets(relative=(100.0,)))
 
 
 def test_staggering_requests_load_the_engine_but_are_not_measured() -> None:
@@ -80,7 +83,7 @@ def test_knees_targets_and_the_sentence_on_a_constructed_row() -> None:
     sweep = DtypeSweep("auto", True, kv_capacity_tokens=1408, block_size=128, rows=(row,))
     assert sentence(sweep, "2x the single-stream ms/token") == (
         "auto: 3 chats of 768 stay under 2x the single-stream ms/token (80 ms/token p95); a 4th triggers "
-        "preemption (the planner predicted the KV knee at 2).")
+        "preemption (90 ms/token p95) (the planner predicted the KV knee at 2).")
     report = {"when": "now", "runs": [sweep_to_dict(sweep, "2x the single-stream ms/token")]}
     tip = headroom_text(report, "auto")
     assert "768-token chats: 3 under 80 ms/token; KV knee at 2 (predicted 2)" in tip
@@ -99,9 +102,11 @@ def test_gpu_targets_are_absolute_and_a_row_stops_at_the_loosest() -> None:
 
 
 def test_the_planner_knee_counts_whole_blocks_at_full_length() -> None:
-    # 32 MiB of bf16 KV for SmolLM2 (23,040 bytes/token): 11 blocks of 128 tokens; fp8: 22.
-    assert predicted_kv_knee(1408, 128, 768, 64) == 2  # 7 blocks a chat: 2 take 14 ≥ 0.95 × 11
-    assert predicted_kv_knee(2816, 128, 768, 64) == 3  # 3 × 7 = 21 ≥ 20.9
+    # 32 MiB of bf16 KV for SmolLM2 (23,040 bytes/token): 11 blocks of 128 tokens, one of them vLLM's
+    # null block; fp8: 22 (21 usable).
+    assert predicted_kv_knee(1408, 128, 640, 16) == 2  # 6 blocks a chat: 2 take 12 > 10
+    assert predicted_kv_knee(2816, 128, 640, 16) == 4  # 3 × 6 = 18 < 0.95 × 21 ≤ 4 × 6
+    assert predicted_kv_knee(1408, 128, 512, 64) == 2  # 2 × 5 = 10 ≥ 9.5: full, though nothing is preempted
     assert predicted_kv_knee(1408, 128, 256, 64) == 4  # 3 blocks a chat
     assert predicted_kv_knee(0, 128, 256, 64) is None
     assert percentile([5.0], 95) == 5.0 and percentile([1.0, 2.0, 3.0], 50) == 2.0

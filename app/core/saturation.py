@@ -143,9 +143,14 @@ class LatencyTargets:
         return LatencyTargets(absolute_ms=(100.0, 250.0)) if on_gpu else LatencyTargets(relative=(2.0,))
 
 
+def usable_blocks(capacity_tokens: int, block_size: int) -> int:
+    """vLLM keeps one block of the pool as its null block; its KV use is over the rest."""
+    return max(0, capacity_tokens // block_size - 1)
+
+
 def predicted_kv_knee(capacity_tokens: int, block_size: int, context_tokens: int, output_tokens: int) -> int | None:
-    """The first concurrency whose chats, all at full length, take ≥ 95% of the pool's blocks."""
-    total = capacity_tokens // block_size
+    """The first concurrency whose chats, all at full length, take ≥ 95% of the pool's usable blocks."""
+    total = usable_blocks(capacity_tokens, block_size)
     per_chat = math.ceil((context_tokens + output_tokens) / block_size)
     if total <= 0 or per_chat <= 0:
         return None
@@ -186,11 +191,12 @@ class RowResult:
 
 
 def row_should_stop(cells: Sequence[CellResult], targets: LatencyTargets) -> bool:
-    """A row stops at its first latency knee (the loosest target passed)."""
+    """A row stops at its first latency knee (the loosest target passed), or once chats wait for KV space:
+    beyond that, more chats only queue (their TTFT grows, their ms/token does not)."""
     if not cells:
         return False
     limits = targets.for_row(cells[0].ms_per_token_p95)
-    return bool(limits) and cells[-1].ms_per_token_p95 > max(limits)
+    return (bool(limits) and cells[-1].ms_per_token_p95 > max(limits)) or cells[-1].waited_for_kv
 
 
 def build_row(context_tokens: int, cells: Sequence[CellResult], targets: LatencyTargets,
@@ -233,23 +239,28 @@ def sentence(sweep: DtypeSweep, target_label: str) -> str:
     size = _tokens_label(row.context_tokens)
     predicted = "" if row.predicted_kv_knee is None else \
         f" (the planner predicted the KV knee at {row.predicted_kv_knee})"
-    head = f"{sweep.kv_cache_dtype}: {under} chat{'s' if under != 1 else ''} of {size} stay under {target_label} " \
-           f"({target:.0f} ms/token p95)"
-    nxt = row.cell(under + 1)
+    chats = f"{under} chats of {size} stay" if under != 1 else f"1 chat of {size} stays"
+    head = f"{sweep.kv_cache_dtype}: {chats} under {target_label} ({target:.0f} ms/token p95)"
+    nxt = next((c for c in row.cells if c.concurrency > under), None)
     if nxt is None:
         return f"{head}, as far as the sweep went{predicted}."
     if nxt.preemptions:
-        what = "triggers preemption"
+        verb, noun = "triggers preemption", "preemption"
     elif nxt.peak_kv_usage >= KV_FULL:
-        what = f"fills the KV cache ({nxt.peak_kv_usage:.0%})"
+        verb, noun = (f"fills the KV cache ({nxt.peak_kv_usage:.0%})",) * 2
     elif nxt.waited_for_kv:
-        what = "waits for KV space"
+        verb, noun = "waits for KV space", "chats waiting for KV space"
     else:
-        what = f"is slower ({nxt.ms_per_token_p95:.0f} ms/token p95) with KV to spare"
+        verb, noun = "passes the target with KV to spare", "the target passed with KV to spare"
+    slower = f" ({nxt.ms_per_token_p95:.0f} ms/token p95)"
+    if nxt.concurrency == under + 1:
+        tail = f"a {_ordinal(nxt.concurrency)} {verb}{slower}"
+    else:
+        tail = f"at {nxt.concurrency}: {noun}{slower}"
     knee = row.kv_knee
-    if knee is not None and knee > under + 1:
-        what += f"; the KV knee is at {knee}"
-    return f"{head}; a {_ordinal(under + 1)} {what}{predicted}."
+    if knee is not None and knee > nxt.concurrency:
+        tail += f"; the KV knee is at {knee}"
+    return f"{head}; {tail}{predicted}."
 
 
 # ---- the JSON edge ---------------------------------------------------------------------------
