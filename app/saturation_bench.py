@@ -5,7 +5,8 @@ Each cell is a closed loop: every client sends its next request when its last on
 requests are shortened so the clients run out of phase, as real chats do); prompts have unique
 prefixes (no shared KV), outputs a fixed token count (ignore_eos). The stat logger's per-step series
 gives peak KV use, preemptions and queueing; token arrival times give ms/token and TTFT. A row stops
-at its first latency knee. The planner predicts each row's KV knee before the engine starts.
+at its first latency knee, or once chats wait for KV space (more would only queue). The planner
+predicts each row's KV knee before the engine starts.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""`nalar bench saturation` run for real: a child process on the embedded model with a 32 MiB KV pool,
-where 640-token chats (5 blocks of 128 for the prompt, a 6th from the first output token) fill the
-pool at 2 chats in bf16 (10 usable blocks) and at 4 in fp8 (21): vLLM must preempt, the stat logger
-must count it, and the knee must be found where the planner predicts it. Then SIGTERM mid-sweep."""
+"""`nalar bench saturation` run for real: a child process on the embedded model with a 32 MiB KV pool
+(10 usable blocks of 128 tokens in bf16, 21 in fp8). A 384-token chat needs 4 blocks to start and
+6 by its 300th output token, so 2 chats (bf16) or 4 (fp8) all start, then outgrow the pool: vLLM must
+preempt, the stat logger must count it, and the knee must be where the planner predicts it. (With
+640-token prompts the second chat, arriving a step late on a loaded machine, only waited: the
+recorded series in tests/data keep that case.) Then SIGTERM mid-sweep."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from tests.conftest import XDG_VARS, require_embedded_model
 from tests.test_fp8_bench import finish_bench, group_processes, is_png
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP = ("--contexts", "640", "--concurrency", "1,2,4", "--tokens", "16", "--rounds", "1", "--kv-pool-mib", "32",
+SWEEP = ("--contexts", "384", "--concurrency", "1,2,4", "--tokens", "300", "--rounds", "1", "--kv-pool-mib", "32",
          "--target-x", "50")  # a loose target: the row must reach the KV knee, not stop at a noisy latency knee
 EXPECTED_KNEE = {"auto": 2, "fp8_e4m3": 4}
 
@@ -54,14 +56,14 @@ def test_the_sweep_speaks_job_lines_and_saves_json_png_and_the_latest_profile(sw
     assert len(lines) == len(sweep["out"].splitlines()), "stdout carries job lines only (chatter goes to stderr)"
     fractions = [line.fraction for line in lines if line.event == "progress"]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0  # type: ignore[type-var]
-    assert any(line.message == "auto: 640-token chats × 2" for line in lines)
+    assert any(line.message == "auto: 384-token chats × 2" for line in lines)
     report = lines[-1].data
     assert lines[-1].event == "result" and report is not None
     saved = Path(report["json"])
     assert json.loads(saved.read_text())["runs"] == report["runs"]
     assert json.loads((saved.parent / "saturation-latest.json").read_text())["json"] == report["json"]
     assert is_png(Path(report["png"]))
-    assert report["kv_pool_mib"] == 32 and report["contexts"] == [640] and report["output_tokens"] == 16
+    assert report["kv_pool_mib"] == 32 and report["contexts"] == [384] and report["output_tokens"] == 300
     assert group_processes(proc.pid) == [], "the sweep left processes behind"
 
 
@@ -84,7 +86,7 @@ def test_preemptions_are_counted_and_the_kv_knee_is_where_the_planner_said(sweep
     assert run["predicted_capacity_tokens"] == run["kv_capacity_tokens"]  # the planner's arithmetic, exactly
     assert row["kv_knee"] == knee, row
     assert cells[1]["preemptions"] == 0 and cells[1]["peak_kv_usage"] < 0.95 and not cells[1]["waited"]
-    # All chats' prompts fit, then each first output token needs a 6th block: vLLM preempts (and recomputes).
+    # All chats' prompts fit, then their outputs outgrow the pool: vLLM preempts (and recomputes).
     assert cells[knee]["preemptions"] > 0 and cells[knee]["peak_kv_usage"] >= 0.95
     assert cells[knee]["ms_per_token_p95"] > 0 and cells[knee]["ttft_p50_s"] > 0
     assert run["sentence"].startswith(f"{dtype}: ")
