@@ -142,3 +142,8 @@ def test_the_recorded_second_chat_waited_for_kv_rather_than_being_preempted() ->
     assert data["total_blocks"] == 10 and result.peak_kv_usage == pytest.approx(0.6)
     assert result.waited_for_kv and result.preemptions == 0 and result.kv_saturated
     assert result.ttft_p95_s > result.ttft_p50_s  # the waiting chat's first token came later
+    row = build_row(640, [summarise_cell(series_from_dict(s), total_blocks=10, block_size=128)
+                          for s in recorded["series"]], LatencyTargets(relative=(50.0,)), predicted=2)
+    assert sentence(DtypeSweep("auto", True, rows=(row,)), "50x").endswith(
+        "as far as the sweep went; the KV knee is at 2 (a chat waited for KV space) "
+        "(the planner predicted the KV knee at 2).")

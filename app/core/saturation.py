@@ -242,8 +242,14 @@ def sentence(sweep: DtypeSweep, target_label: str) -> str:
     chats = f"{under} chats of {size} stay" if under != 1 else f"1 chat of {size} stays"
     head = f"{sweep.kv_cache_dtype}: {chats} under {target_label} ({target:.0f} ms/token p95)"
     nxt = next((c for c in row.cells if c.concurrency > under), None)
+    knee = row.kv_knee
     if nxt is None:
-        return f"{head}, as far as the sweep went{predicted}."
+        knee_cell = None if knee is None else row.cell(knee)
+        if knee_cell is None:
+            return f"{head}, as far as the sweep went{predicted}."
+        cause = "preemption" if knee_cell.preemptions else (
+            "a chat waited for KV space" if knee_cell.waited_for_kv else f"KV {knee_cell.peak_kv_usage:.0%} full")
+        return f"{head}, as far as the sweep went; the KV knee is at {knee} ({cause}){predicted}."
     if nxt.preemptions:
         verb, noun = "triggers preemption", "preemption"
     elif nxt.peak_kv_usage >= KV_FULL:
@@ -257,7 +263,6 @@ def sentence(sweep: DtypeSweep, target_label: str) -> str:
         tail = f"a {_ordinal(nxt.concurrency)} {verb}{slower}"
     else:
         tail = f"at {nxt.concurrency}: {noun}{slower}"
-    knee = row.kv_knee
     if knee is not None and knee > nxt.concurrency:
         tail += f"; the KV knee is at {knee}"
     return f"{head}; {tail}{predicted}."
