@@ -12,7 +12,7 @@ def render_heatmap(report: dict[str, Any], target: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import Normalize
 
     runs = report["runs"]
     contexts = list(report["contexts"])
@@ -26,7 +26,7 @@ def render_heatmap(report: dict[str, Any], target: Path) -> Path:
                 grid[contexts.index(row["context_tokens"]), x] = cell["ms_per_token_p95"]
         grids[run["kv_cache_dtype"]] = grid
     measured = [v for g in grids.values() for v in g[~np.isnan(g)]]
-    norm = LogNorm(vmin=min(measured), vmax=max(measured) * 1.0001) if measured else None
+    norm = Normalize(vmin=min(measured), vmax=max(measured) * 1.0001) if measured else None
     figure, axes = plt.subplots(1, max(1, len(runs)), figsize=(5.2 * max(1, len(runs)), 0.9 * len(contexts) + 2.4),
                                 dpi=110, squeeze=False)
     image = None
@@ -37,6 +37,8 @@ def render_heatmap(report: dict[str, Any], target: Path) -> Path:
         axis.set_yticks(range(len(contexts)), [f"{c:,}" for c in contexts])
         axis.set_xlabel("concurrent chats")
         axis.set_ylabel("context tokens")
+        axis.set_xlim(-0.5, len(levels) - 0.5)
+        axis.set_ylim(-0.5, len(contexts) - 0.5)
         if not run["supported"]:
             axis.text(0.5, 0.5, "\n".join(_wrap(str(run.get("reason", "")), 48)), ha="center", va="center",
                       transform=axis.transAxes, fontsize=7)
@@ -46,8 +48,9 @@ def render_heatmap(report: dict[str, Any], target: Path) -> Path:
             y = contexts.index(row["context_tokens"])
             for cell in row["cells"]:
                 x = levels.index(cell["concurrency"])
+                light = norm is not None and norm(cell["ms_per_token_p95"]) > 0.6  # viridis turns yellow
                 axis.text(x, y, f"{cell['ms_per_token_p95']:.0f}", ha="center", va="center", fontsize=7,
-                          color="white")
+                          color="black" if light else "white")
             if row["kv_knee"] is not None:
                 axis.plot(levels.index(row["kv_knee"]), y, marker="s", markersize=22, markerfacecolor="none",
                           markeredgecolor="#ff5252", markeredgewidth=2)
@@ -62,7 +65,7 @@ def render_heatmap(report: dict[str, Any], target: Path) -> Path:
         bar.set_label("p95 ms/token")
     figure.suptitle(f"{Path(report['model']).name}: red square = KV knee (x = planner's prediction), "
                     f"white circle = p95 passes {report['target_label']}", fontsize=8)
-    figure.savefig(target)
+    figure.savefig(target, bbox_inches="tight")
     plt.close(figure)
     return target
 
