@@ -147,3 +147,19 @@ def test_the_recorded_second_chat_waited_for_kv_rather_than_being_preempted() ->
     assert sentence(DtypeSweep("auto", True, rows=(row,)), "50x").endswith(
         "as far as the sweep went; the KV knee is at 2 (a chat waited for KV space) "
         "(the planner predicted the KV knee at 2).")
+
+
+def test_the_recorded_preemptions_and_a_2x_latency_knee() -> None:
+    """The 384-token row (300 output tokens): one chat alone, two that outgrow the 10 blocks (one is
+    preempted, and counted when it runs again), four (three preemptions). Its p95 ms/token went
+    137 → 219 → 535: against 2x the single stream (275 ms) the latency knee is at 4, two chats fit."""
+    recorded = json.loads(RECORDED.read_text())
+    cells = [summarise_cell(series_from_dict(s), total_blocks=s["total_blocks"], block_size=s["block_size"])
+             for s in recorded["series"] if s["context_tokens"] == 384]
+    assert [(c.concurrency, c.preemptions, round(c.peak_kv_usage, 2)) for c in cells] == \
+        [(1, 0, 0.6), (2, 1, 1.0), (4, 3, 1.0)]
+    row = build_row(384, cells, LatencyTargets(relative=(2.0,)), predicted=2)
+    assert row.kv_knee == 2 and row.latency_knee(row.targets_ms[0]) == 4 and row.most_under(row.targets_ms[0]) == 2
+    assert row_should_stop(cells, LatencyTargets(relative=(2.0,))) and not row_should_stop(cells[:2], LatencyTargets())
+    assert sentence(DtypeSweep("auto", True, rows=(row,)), "2x").startswith(
+        "auto: 2 chats of 384 stay under 2x (275 ms/token p95); at 4: preemption (535 ms/token p95)")
