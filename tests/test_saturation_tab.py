@@ -67,7 +67,10 @@ def test_the_saturation_tab_runs_shows_the_profile_and_feeds_the_kv_tooltip(qtbo
     panel.run_button.click()
     qtbot.waitUntil(lambda: panel.step_label.text() == "auto: 640-token chats × 2", timeout=20_000)
     assert window.bridge.ready is None, "the chat engine is stopped while the sweep runs"
-    assert not dialog.bench.run_button.isEnabled() or not dialog.bench.running
+    dialog.bench.run_button.click()  # the FP8 benchmark would stop and restart the engine under the sweep
+    qtbot.waitUntil(lambda: not dialog.bench.error_label.isHidden(), timeout=10_000)  # on a hidden tab
+    assert dialog.bench.error_label.text().startswith("The other benchmark is running.")
+    assert dialog.bench.job is None and panel.job is not None
     go.touch()
     qtbot.waitUntil(ended(panel), timeout=20_000)
     assert panel.step_label.text() == "done", panel.error_label.text()
