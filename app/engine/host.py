@@ -16,7 +16,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,8 @@ class KvStats:
     running: int = 0
     waiting: int = 0
     peak_usage: float = 0.0
+    preempted: int = 0  # requests vLLM preempted since the engine started (it recomputes them from scratch)
+    on_record: Callable[[KvStats], None] | None = None  # a benchmark's per-step recorder, on the engine loop
 
 
 def _stat_logger_factory(stats: KvStats) -> Any:
@@ -83,6 +85,10 @@ def _stat_logger_factory(stats: KvStats) -> Any:
                 self.stats.peak_usage = max(self.stats.peak_usage, self.stats.usage)
                 self.stats.running = int(scheduler_stats.num_running_reqs)
                 self.stats.waiting = int(scheduler_stats.num_waiting_reqs)
+            if iteration_stats is not None:
+                self.stats.preempted += int(iteration_stats.num_preempted_reqs)
+            if self.stats.on_record is not None:
+                self.stats.on_record(self.stats)
 
         def log_engine_initialized(self) -> None:
             pass
