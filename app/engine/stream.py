@@ -1,0 +1,141 @@
+"""ReplyStream: the accounting every backend's ``generate()`` shares.
+
+One object per reply. A backend feeds it each delta (its phase, token count or ids, and the
+split text); it keeps the two texts, time to first token, per-phase counts and rates, builds
+``Metrics`` and the standard endings (finished, aborted, failed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from app.engine.errors import EngineFailure
+from app.engine.events import EngineErrorEvent, EngineEvent, Finished, FinishReason, Metrics
+from app.engine.reasoning import ReplyTexts, Split
+
+Phase = Literal["thinking", "answer"]
+METRICS_INTERVAL_S = 0.1
+
+
+@dataclass(frozen=True)
+class KvFigures:
+    """What the scheduler says about the KV cache at this moment (zeros where a backend can't tell)."""
+
+    usage: float = 0.0
+    running: int = 0
+    waiting: int = 0
+
+
+class PhaseRate:
+    """Smoothed tokens/s and ms/token for one phase, from delta arrival times."""
+
+    ALPHA = 0.3
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self._last: float | None = None
+        self._ema_ms: float | None = None
+
+    def add(self, now: float, tokens: int) -> None:
+        if tokens <= 0:
+            return
+        if self._last is not None:
+            ms = (now - self._last) * 1000.0 / tokens
+            self._ema_ms = ms if self._ema_ms is None else self._ema_ms + self.ALPHA * (ms - self._ema_ms)
+        self._last = now
+        self.tokens += tokens
+
+    def restart_clock(self, now: float) -> None:
+        """A new request continues this phase: the gap is not a token interval."""
+        self._last = now
+
+    @property
+    def ms_per_token(self) -> float:
+        return self._ema_ms or 0.0
+
+    @property
+    def tok_s(self) -> float:
+        return 1000.0 / self._ema_ms if self._ema_ms else 0.0
+
+
+class ReplyStream:
+    """Accounting for one reply. ``prompt_tokens`` may be set later (remote servers report it last)."""
+
+    def __init__(self, request_id: str, *, prompt_tokens: int = 0, max_model_len: int = 0,
+                 kv_capacity_tokens: int = 0, kv: Callable[[], KvFigures] = KvFigures) -> None:
+        self.request_id = request_id
+        self.prompt_tokens = prompt_tokens
+        self.max_model_len = max_model_len
+        self.kv_capacity_tokens = kv_capacity_tokens
+        self._kv = kv
+        self.started = time.perf_counter()
+        self.first_token_at: float | None = None
+        self.rates: dict[Phase, PhaseRate] = {"thinking": PhaseRate(), "answer": PhaseRate()}
+        self.texts = ReplyTexts()
+        self.phase: Phase = "thinking"
+        self._last_metrics = 0.0
+
+    # ---- feeding ---------------------------------------------------------------------------
+
+    def step(self, phase: Phase, part: Split, tokens: int | Sequence[int],
+             now: float | None = None) -> list[EngineEvent]:
+        """Count one delta of ``phase`` (a token count, or its token ids) and take its text.
+
+        Returns the events that carry its text.
+        """
+        now = time.perf_counter() if now is None else now
+        count = tokens if isinstance(tokens, int) else len(tokens)
+        if count and self.first_token_at is None:
+            self.first_token_at = now
+        self.phase = phase
+        self.rates[phase].add(now, count)
+        return self.texts.take(self.request_id, part)
+
+    def restart_clock(self, phase: Phase) -> None:
+        self.rates[phase].restart_clock(time.perf_counter())
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.rates["thinking"].tokens + self.rates["answer"].tokens
+
+    # ---- metrics and endings ---------------------------------------------------------------
+
+    def metrics(self, phase: Phase | None = None) -> Metrics:
+        thinking, answer = self.rates["thinking"], self.rates["answer"]
+        kv = self._kv()
+        return Metrics(
+            request_id=self.request_id, phase=phase or self.phase,
+            thinking_tokens=thinking.tokens, answer_tokens=answer.tokens,
+            thinking_tok_s=thinking.tok_s, answer_tok_s=answer.tok_s,
+            thinking_ms_per_token=thinking.ms_per_token, answer_ms_per_token=answer.ms_per_token,
+            ttft_s=None if self.first_token_at is None else self.first_token_at - self.started,
+            prompt_tokens=self.prompt_tokens, context_tokens=self.prompt_tokens + self.generated_tokens,
+            max_model_len=self.max_model_len, kv_usage=kv.usage, kv_capacity_tokens=self.kv_capacity_tokens,
+            running_requests=kv.running, waiting_requests=kv.waiting)
+
+    def due_metrics(self, now: float | None = None) -> Metrics | None:
+        """Metrics at most every METRICS_INTERVAL_S, for the gauges."""
+        now = time.perf_counter() if now is None else now
+        if now - self._last_metrics < METRICS_INTERVAL_S:
+            return None
+        self._last_metrics = now
+        return self.metrics()
+
+    def finished(self, reason: FinishReason) -> list[EngineEvent]:
+        """The normal end: final metrics, then Finished."""
+        final = self.metrics("answer")
+        return [final, self._finished(reason, final)]
+
+    def aborted(self) -> Finished:
+        """Cancelled from outside (the consumer went away): the text so far, as an abort."""
+        return self._finished("abort", self.metrics("answer"))
+
+    def failed(self, failure: EngineFailure) -> list[EngineEvent]:
+        """What went wrong, then Finished with the partial reply kept."""
+        return [EngineErrorEvent(self.request_id, failure), self._finished("error", self.metrics("answer"))]
+
+    def _finished(self, reason: FinishReason, metrics: Metrics) -> Finished:
+        return Finished(self.request_id, reason, self.texts.thinking_text, self.texts.answer_text, metrics)
