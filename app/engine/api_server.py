@@ -19,7 +19,7 @@ from aiohttp import web
 
 from app.core.settings import SamplingConfig
 from app.engine.base import EngineBase, Message
-from app.engine.events import AnswerDelta, EngineErrorEvent, Finished, ThinkingDelta
+from app.engine.events import AnswerDelta, EngineErrorEvent, Finished, LoopDetected, ThinkingDelta
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,9 @@ class LocalApiServer:
                         await response.write(self._chunk(rid, created, {"reasoning_content": event.text}))
                     elif isinstance(event, AnswerDelta):
                         await response.write(self._chunk(rid, created, {"content": event.text}))
+                    elif isinstance(event, LoopDetected):  # text already sent past the cut is to be dropped
+                        await response.write(self._chunk(rid, created, {"loop_guard": event.summary(),
+                                                                        "loop_guard_kept_chars": event.kept_char}))
                     elif isinstance(event, EngineErrorEvent):
                         error = {"error": {"message": event.failure.message, "type": "server_error"}}
                         await response.write(f"data: {json.dumps(error)}\n\n".encode())
@@ -189,6 +192,8 @@ class LocalApiServer:
             return _error(500, failure or "The engine ended the request without a reply.", "server_error")
         message = {"role": "assistant", "content": finished.answer_text,
                    "reasoning_content": finished.thinking_text or None}
+        if finished.loops:  # the loop guard cut or concluded this reply: say so
+            message["loop_guard"] = "\n".join(loop.summary() for loop in finished.loops)
         return web.json_response({
             "id": rid, "object": "chat.completion", "created": created, "model": self._model_id(),
             "choices": [{"index": 0, "message": message,

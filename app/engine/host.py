@@ -27,7 +27,15 @@ from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
+from app.engine.events import (
+    ContextTrimmed,
+    EngineErrorEvent,
+    EngineEvent,
+    EngineReady,
+    Finished,
+    FinishReason,
+    LoopDetected,
+)
 from app.engine.orphans import OWNER_ENV, end_orphans, owner_tag, record_engine_processes, same_process
 from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, ReasoningSplitter, Split, make_splitter, reasoning_parser_name
 from app.engine.stream import KvFigures, Phase, ReplyStream
@@ -37,6 +45,7 @@ log = logging.getLogger(__name__)
 REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step inside <think> and "
                            "</think>, then give a short, clear answer.")
 FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
+BACKSTOP_COPIES = 16  # vLLM's repetition check, where the guard only warns: an exact loop this long is hopeless
 
 @dataclass
 class KvStats:
@@ -369,7 +378,12 @@ class EngineHost(EngineBase):
            thinking so far + a forced ``</think>``, as a new request (the prefix cache keeps it
            cheap). All its text is answer.
 
-        Then exactly one Finished (stop, length, abort, or error with the partial reply kept).
+        The loop guard watches both phases (ReplyStream). A loop in the thinking ends the think
+        request and, by the guard's action, starts it again from the loop's start a little hotter
+        (resample), goes to phase 2 with the thinking kept up to the loop (conclude), or ends the
+        reply (stop). A loop in the answer ends the reply after the loop's first copy.
+
+        Then exactly one Finished (stop, length, loop, abort, or error with the partial reply kept).
         """
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -387,13 +401,13 @@ class EngineHost(EngineBase):
         reply = _LocalReply(
             ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
                         kv_capacity_tokens=ready.kv_capacity_tokens,
-                        kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting)),
-            sampling, prompt_ids, budget, ignore_eos)
+                        kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling),
+            sampling, prompt_ids, budget, ignore_eos, can_conclude=thinking_on)
         stream = reply.stream
         try:
             async for event in self._think_phase(reply, splitter):
                 yield event
-            if reply.finish != "abort" and thinking_on and (reply.forced_close or splitter.in_thinking):
+            if reply.finish not in ("abort", "loop") and thinking_on and (reply.forced_close or splitter.in_thinking):
                 close_ids = list(self._tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
                 answer_prompt = prompt_ids + reply.generated_ids + close_ids
                 if reply.room(len(answer_prompt)) > 1:
@@ -421,41 +435,71 @@ class EngineHost(EngineBase):
 
     def _params(self, reply: _LocalReply, max_tokens: int) -> Any:
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.sampling_params import RepetitionDetectionParams, RequestOutputKind
 
-        sampling = reply.sampling
-        return SamplingParams(
-            temperature=sampling.temperature, top_p=sampling.top_p,
-            repetition_penalty=sampling.repetition_penalty, ignore_eos=reply.ignore_eos,
-            max_tokens=max_tokens, output_kind=RequestOutputKind.DELTA)
+        sampling, guard = reply.sampling, reply.sampling.loop_guard
+        extra: dict[str, Any] = {}
+        if reply.stream.resamples:  # retrying past a loop: hotter, and away from what was said
+            extra = {"temperature": max(guard.resample_temperature, sampling.temperature + 0.2),
+                     "presence_penalty": 1.0}
+        if not guard.enabled or guard.action == "warn":
+            # The detector does not act here: vLLM's own check ends an exact loop that goes on and on.
+            extra["repetition_detection"] = RepetitionDetectionParams(
+                max_pattern_size=guard.max_period_tokens, min_pattern_size=4, min_count=BACKSTOP_COPIES)
+        return SamplingParams(**{
+            "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "repetition_penalty": sampling.repetition_penalty, "ignore_eos": reply.ignore_eos,
+            "max_tokens": max_tokens, "output_kind": RequestOutputKind.DELTA, **extra})
+
+    def _on_loop(self, reply: _LocalReply) -> LoopDetected:
+        """Act on the loop the stream found: cut its tokens, and say how the think phase goes on."""
+        event = reply.stream.act_on_loop(can_conclude=reply.can_conclude)
+        if event.outcome in ("concluded", "resampled"):
+            del reply.generated_ids[event.start_token:]
+            reply.forced_close = event.outcome == "concluded"
+            reply.resample = event.outcome == "resampled"
+        elif event.outcome in ("stopped", "cut"):
+            reply.finish = "loop"
+        return event
 
     async def _think_phase(self, reply: _LocalReply, splitter: ReasoningSplitter) -> AsyncGenerator[EngineEvent, None]:
-        """Phase 1: think (if on) and maybe answer, until the model stops or the thinking is cut."""
+        """Phase 1: think (if on) and maybe answer, until the model stops or the thinking is cut.
+
+        A resample after a loop is a new request that goes on from the kept thinking."""
         rid, stream, sampling = reply.stream.request_id, reply.stream, reply.sampling
-        ids = reply.prompt_ids
-        params = self._params(reply, min(reply.room(len(ids)), reply.budget + sampling.max_tokens))
-        vllm_id = f"{rid}-think"
-        self._live[rid] = vllm_id
-        outputs = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
-        async with contextlib.aclosing(outputs):
-            async for output in outputs:
-                completion = output.outputs[0]
-                delta_ids = list(completion.token_ids)
-                reply.generated_ids.extend(delta_ids)
-                phase: Phase = "thinking" if splitter.in_thinking else "answer"
-                for event in stream.step(phase, splitter.feed(completion.text, delta_ids), delta_ids):
-                    yield event
-                if (metrics := stream.due_metrics()) is not None:
-                    yield metrics
-                if output.finished:
-                    reply.finish = _finish_reason(completion.finish_reason)
-                if rid in self._aborted:
-                    reply.finish = "abort"
-                    break
-                if splitter.in_thinking and (stream.rates["thinking"].tokens >= reply.budget
-                                             or rid in self._answer_now):
-                    reply.forced_close = True
-                    break
+        while True:
+            ids = reply.prompt_ids + reply.generated_ids
+            limit = reply.budget + sampling.max_tokens - len(reply.generated_ids)
+            params = self._params(reply, max(1, min(reply.room(len(ids)), limit)))
+            vllm_id = f"{rid}-think-{stream.resamples}" if stream.resamples else f"{rid}-think"
+            self._live[rid] = vllm_id
+            reply.resample = False
+            outputs = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
+            async with contextlib.aclosing(outputs):
+                async for output in outputs:
+                    completion = output.outputs[0]
+                    delta_ids = list(completion.token_ids)
+                    reply.generated_ids.extend(delta_ids)
+                    phase: Phase = "thinking" if splitter.in_thinking else "answer"
+                    for event in stream.step(phase, splitter.feed(completion.text, delta_ids), delta_ids):
+                        yield event
+                    if (metrics := stream.due_metrics()) is not None:
+                        yield metrics
+                    if output.finished:
+                        reply.finish = _finish_reason(completion)
+                    if rid in self._aborted:
+                        reply.finish = "abort"
+                        break
+                    if stream.loop is not None:
+                        yield self._on_loop(reply)
+                        if reply.finish == "loop" or reply.forced_close or reply.resample:
+                            break
+                    if splitter.in_thinking and (stream.rates["thinking"].tokens >= reply.budget
+                                                 or rid in self._answer_now):
+                        reply.forced_close = True
+                        break
+            if not reply.resample:
+                break
         for event in stream.texts.take(rid, splitter.flush()):
             yield event
 
@@ -477,16 +521,22 @@ class EngineHost(EngineBase):
                 if (metrics := stream.due_metrics()) is not None:
                     yield metrics
                 if output.finished:
-                    reply.finish = _finish_reason(completion.finish_reason)
+                    reply.finish = _finish_reason(completion)
                 if rid in self._aborted:
                     reply.finish = "abort"
                     break
+                if stream.loop is not None:
+                    yield self._on_loop(reply)
+                    if reply.finish == "loop":
+                        break
 
 
-def _finish_reason(vllm_reason: str | None) -> FinishReason:
-    if vllm_reason == "length":
+def _finish_reason(completion: Any) -> FinishReason:
+    if completion.finish_reason == "length":
         return "length"
-    return "abort" if vllm_reason == "abort" else "stop"
+    if completion.stop_reason == "repetition_detected":
+        return "loop"  # vLLM's backstop ended it
+    return "abort" if completion.finish_reason == "abort" else "stop"
 
 
 @dataclass
@@ -501,6 +551,8 @@ class _LocalReply:
     generated_ids: list[int] = field(default_factory=list)
     finish: FinishReason = "stop"
     forced_close: bool = False
+    can_conclude: bool = True  # an answer phase can follow the thinking
+    resample: bool = False
 
     def room(self, ids_len: int) -> int:
         """Tokens left in the context after a prompt of ``ids_len``."""

@@ -176,7 +176,7 @@ class RemoteEngine(EngineBase):
                        request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
         rid = request_id or uuid.uuid4().hex[:12]
         ready = self.ready
-        stream = ReplyStream(rid, max_model_len=ready.max_model_len if ready else 0)
+        stream = ReplyStream(rid, max_model_len=ready.max_model_len if ready else 0, sampling=sampling)
         splitter = ThinkTagSplitter()
         finish: FinishReason = "stop"
 
@@ -216,6 +216,13 @@ class RemoteEngine(EngineBase):
                                 yield event
                     if choice.finish_reason:
                         finish = "length" if choice.finish_reason == "length" else "stop"
+                    if stream.loop is not None:
+                        # A server can't be told to close the think block mid-stream: a loop ends the reply.
+                        loop = stream.act_on_loop(can_conclude=False, can_resample=False)
+                        yield loop
+                        if loop.outcome != "warned":
+                            finish = "loop"
+                            break
                     if stream.first_token_at is not None and (metrics := stream.due_metrics()) is not None:
                         yield metrics
             for event in stream.texts.take(rid, splitter.flush()):

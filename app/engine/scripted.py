@@ -18,7 +18,7 @@ from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
-from app.engine.reasoning import ThinkTagSplitter
+from app.engine.reasoning import THINK_CLOSE, ThinkTagSplitter
 from app.engine.stream import KvFigures, Phase, ReplyStream
 
 
@@ -100,10 +100,15 @@ class ScriptedEngineDouble(EngineBase):
             return KvFigures(usage=(prompt_tokens + stream.generated_tokens) / capacity, running=1)
 
         stream = ReplyStream(rid, prompt_tokens=prompt_tokens, max_model_len=self.ready.max_model_len,
-                             kv_capacity_tokens=capacity, kv=kv)
+                             kv_capacity_tokens=capacity, kv=kv, sampling=sampling)
         reason: FinishReason = "stop"
         next_at = time.perf_counter()
+        skip_thinking = False  # the guard concluded: the script's remaining thinking is not played
         for index, delta in enumerate(script.deltas):
+            if skip_thinking:
+                if THINK_CLOSE not in delta:
+                    continue
+                skip_thinking, delta = False, delta[delta.index(THINK_CLOSE):]
             if rid in self._aborted:
                 reason = "abort"
                 break
@@ -123,6 +128,13 @@ class ScriptedEngineDouble(EngineBase):
             phase: Phase = "thinking" if splitter.in_thinking else "answer"
             for event in stream.step(phase, splitter.feed(delta), 1):  # one delta stands for one token
                 yield event
+            if stream.loop is not None:
+                loop = stream.act_on_loop(can_resample=False)  # a script can't be sampled again
+                yield loop
+                if loop.outcome in ("stopped", "cut"):
+                    reason = "loop"
+                    break
+                skip_thinking = loop.outcome == "concluded"
             if index % 16 == 0:
                 yield stream.metrics()
         for event in stream.texts.take(rid, splitter.flush()):
