@@ -116,11 +116,14 @@ class LoopDetector:
 
     def _exact(self) -> Loop | None:
         ids, n, c = self.ids, len(self.ids), self.config
-        for period in range(1, min(c.max_period_tokens, n // 2) + 1):
+        top = min(c.max_period_tokens, n // 2)
+        last, before = ids[n - 1], ids[n - 2]
+        # Cheap reject first, in one pass: a period must repeat the last two tokens.
+        candidates = [p for p in range(1, top + 1) if ids[n - 1 - p] == last and ids[n - 2 - p] == before] \
+            if n > 2 else []
+        for period in candidates:
             need = period * c.short_period_copies if period < 4 else max(c.min_loop_tokens, period * c.min_copies)
             if need > n:
-                continue
-            if ids[n - 1] != ids[n - 1 - period]:  # the cheap reject, before walking back
                 continue
             i = n - 1
             while i - period >= 0 and ids[i] == ids[i - period]:
