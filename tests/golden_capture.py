@@ -1,9 +1,10 @@
 """Capture the loop guard's golden streams from the real engine (a dev tool, not a test).
 
-    PYTHONPATH=$PWD .venv/bin/python -m tests.golden_capture 20 4
+    PYTHONPATH=$PWD .venv/bin/python -m tests.golden_capture 8 2 768 256
 
-captures, in one engine start, the first 20 word problems greedily (the positives' candidates) and
-every everyday question 4 times at temperature 0.6 (negatives; "seed" only numbers the sample).
+captures, in one engine start, the first 8 word problems greedily as thinking turns (up to 768 tokens;
+the positives' candidates) and every everyday question twice at temperature 0.6, up to 256 tokens
+(negatives; "seed" only numbers the sample). Streams are appended to tests/data/loops/ as they end.
 
 Each stream is what vLLM sent, delta by delta (token ids and text), for the app's own prompt:
 "think" mode opens ``<think>`` after the reasoning system prompt as EngineHost does, "answer" mode
@@ -96,32 +97,34 @@ async def _one(host: EngineHost, engine: Any, question: str, mode: str, temperat
             "ids": ids, "texts": texts}
 
 
-async def _capture(host: EngineHost, jobs: list[tuple[str, str, float, int | None, int]]) -> list[dict[str, Any]]:
+async def _capture(host: EngineHost, jobs: list[tuple[str, str, float, int | None, int]],
+                   out: dict[int, Path]) -> None:
+    """Run the jobs concurrently; each stream is appended to its file as soon as it ends (a crash keeps them)."""
     engine = host._engine  # the raw vLLM engine, as app/bench.py uses it: deltas with their token ids
-    return list(await asyncio.gather(*(_one(host, engine, q, m, t, s, n, f"cap-{i}")
-                                       for i, (q, m, t, s, n) in enumerate(jobs))))
 
-
-def _save(streams: list[dict[str, Any]], out: Path) -> None:
-    with gzip.open(out, "wt", encoding="utf-8") as handle:
-        for stream in streams:
+    async def run(index: int) -> None:
+        question, mode, temperature, seed, max_tokens = jobs[index]
+        stream = await _one(host, engine, question, mode, temperature, seed, max_tokens, f"cap-{index}")
+        with gzip.open(out[index], "at", encoding="utf-8") as handle:
             handle.write(json.dumps(stream) + "\n")
-    print(f"{len(streams)} streams → {out}")
+
+    await asyncio.gather(*(run(i) for i in range(len(jobs))))
 
 
 def main() -> int:
     problems, seeds = int(sys.argv[1]), int(sys.argv[2])
-    greedy = [(q, mode, 0.0, None, 1536) for q in ARITHMETIC[:problems] for mode in ("think", "answer")]
-    sampled = [(q, "think" if seed % 2 else "answer", 0.6, seed, 512) for q in EVERYDAY for seed in range(seeds)]
+    think_tokens, sampled_tokens = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (1536, 512)
+    greedy = [(q, "think", 0.0, None, think_tokens) for q in ARITHMETIC[:problems]]
+    sampled = [(q, "think" if seed % 2 else "answer", 0.6, seed, sampled_tokens) for q in EVERYDAY
+               for seed in range(seeds)]
+    DATA.mkdir(parents=True, exist_ok=True)
+    files = [DATA / "greedy_candidates.jsonl.gz"] * len(greedy) + [DATA / "sampled_t06.jsonl.gz"] * len(sampled)
     host = EngineHost()
     try:
-        host.loop_thread.submit(host.start(EngineConfig())).result(600)
-        streams = host.loop_thread.submit(_capture(host, greedy + sampled)).result(3000)
+        host.loop_thread.submit(host.start(EngineConfig())).result(900)
+        host.loop_thread.submit(_capture(host, greedy + sampled, dict(enumerate(files)))).result(3000)
     finally:
         host.close()
-    DATA.mkdir(parents=True, exist_ok=True)
-    _save(streams[:len(greedy)], DATA / "greedy_candidates.jsonl.gz")
-    _save(streams[len(greedy):], DATA / "sampled_t06.jsonl.gz")
     return 0
 
 
