@@ -133,7 +133,8 @@ def main() -> int:
     import statistics
     import time
 
-    streams = load("greedy_candidates.jsonl.gz") + load("sampled_t06.jsonl.gz")
+    streams = [stream for name in ("greedy_candidates.jsonl.gz", "sampled_t06.jsonl.gz") if (DATA / name).exists()
+               for stream in load(name)]
     caught, delays, late, missed, flagged = 0, [], [], [], []
     positives = negatives = tokens = 0
     started = time.perf_counter()

@@ -27,6 +27,8 @@ from app.core.settings import LoopGuardConfig
 _BOUNDARY = re.compile(r"\n|(?<=[.!?:;])\s")
 _WORD = re.compile(r"[^\W\d_]+|\d+(?:[.,]\d+)*")
 MIN_WORDS = 5  # a sentence of fewer letter words (a row of figures, a rule) is not compared
+_CODE_SYMBOLS = frozenset("()[]{}=_<>*/+|&%#@$;")
+CODE_SYMBOL_SHARE = 0.08  # more symbols than this: code or markup, left to the exact check
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,11 @@ class LoopDetector:
             self._pending_start = (start_char + len(segment), token)
 
     def _close_segment(self, text: str, start_char: int, start_token: int) -> None:
-        if len(text.strip()) < self.config.segment_min_chars:
+        body = text.strip()
+        if len(body) < self.config.segment_min_chars:
             return
+        if sum(ch in _CODE_SYMBOLS for ch in body) > CODE_SYMBOL_SHARE * len(body):
+            return  # a line of code: parallel lines (add/sub/mul) look alike legitimately
         grams = trigrams(text)
         if grams:
             self._segments.append(_Segment(start_char, start_char + len(text), start_token, grams))
