@@ -79,14 +79,17 @@ async def _raw_run(host: Any, tokens: int, index: int, messages: list[dict[str, 
     return count / (last - (called if include_prefill else first))  # type: ignore[operator]
 
 
-async def _layer_run(host: Any, tokens: int, index: int) -> float:
+async def _layer_run(host: Any, tokens: int, index: int, deltas: list[str] | None = None) -> float:
     from app.engine.events import AnswerDelta, Finished
 
     first = last = None
     total = 0
-    async for event in host.generate(PROMPT, SamplingConfig(max_tokens=tokens, think_budget=0),
-                                     f"layer-{index}", ignore_eos=True):
+    # The loop guard watches as in the app, but only warns: a fixed-length run must not be cut.
+    sampling = SamplingConfig(max_tokens=tokens, think_budget=0).with_loop_guard(action="warn")
+    async for event in host.generate(PROMPT, sampling, f"layer-{index}", ignore_eos=True):
         if isinstance(event, AnswerDelta):
+            if deltas is not None:
+                deltas.append(event.text)
             now = time.perf_counter()
             if first is None:
                 first = now
@@ -98,6 +101,23 @@ async def _layer_run(host: Any, tokens: int, index: int) -> float:
     return (total - 1) / (last - first)
 
 
+def loop_guard_us_per_token(deltas: list[str], rounds: int = 5) -> float:
+    """The loop detector's own time per token, on a real reply's deltas, watching from the first token
+    and never stopping (the worst case: no loop found, every check runs)."""
+    from app.core.settings import LoopGuardConfig
+    from app.engine.loop_guard import LoopDetector
+
+    config = LoopGuardConfig(start_after_tokens=0)
+    best = float("inf")
+    for _ in range(rounds):
+        detector = LoopDetector(config)
+        started = time.perf_counter()
+        for text in deltas:
+            detector.feed([hash(text)], text)
+        best = min(best, time.perf_counter() - started)
+    return best * 1e6 / max(1, len(deltas))
+
+
 def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
     from app.engine.host import EngineHost
 
@@ -105,16 +125,21 @@ def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
     try:
         ready = host.loop_thread.submit(host.start(_model_config(reasoning_mode=False))).result(600)
         raw, layer = [], []
+        deltas: list[str] = []
         for index in range(repeats):  # interleaved, so drift hits both sides alike
             raw.append(host.loop_thread.submit(_raw_run(host, tokens, index)).result(600))
-            layer.append(host.loop_thread.submit(_layer_run(host, tokens, index)).result(600))
+            deltas.clear()
+            layer.append(host.loop_thread.submit(_layer_run(host, tokens, index, deltas)).result(600))
     finally:
         host.close()
     raw_median, layer_median = statistics.median(raw), statistics.median(layer)
+    guard_us = loop_guard_us_per_token(deltas)
     return {"benchmark": "engine", "tokens_per_run": tokens, "repeats": repeats,
             "load_seconds": round(ready.load_seconds, 1), "kv_capacity_tokens": ready.kv_capacity_tokens,
             "raw_asyncllm_tok_s": round(raw_median, 2), "engine_layer_tok_s": round(layer_median, 2),
             "ratio": round(layer_median / raw_median, 3), "raw_runs": [round(x, 2) for x in raw],
+            "loop_guard_us_per_token": round(guard_us, 2),
+            "loop_guard_share_of_decode": f"{guard_us / (1e6 / layer_median):.3%}",
             "layer_runs": [round(x, 2) for x in layer]}
 
 

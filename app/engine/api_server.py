@@ -40,7 +40,7 @@ from app.engine.api_protocol import (
     public_model_id,
 )
 from app.engine.base import EngineBase
-from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, ThinkingDelta
+from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, LoopDetected, ThinkingDelta
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,8 @@ class LocalApiServer:
                 self._check_finished(request, event, rid)
                 message = {"role": "assistant", "content": event.answer_text,
                            "reasoning_content": event.thinking_text or None}
+                if event.loops:  # the loop guard cut or concluded this reply: say so
+                    message["loop_guard"] = "\n".join(loop.summary() for loop in event.loops)
                 return web.json_response({
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": self._model_id(),
                     "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(event)}],
@@ -207,7 +209,7 @@ class LocalApiServer:
         raise ApiError(500, "The engine ended the request without a reply.", kind=SERVER_ERROR, code="engine_error")
 
     def _check_finished(self, request: web.Request, finished: Finished, rid: str) -> None:
-        if finished.reason in ("stop", "length"):
+        if finished.reason in ("stop", "length", "loop"):
             return
         if request.transport is None or request.transport.is_closing():
             log.info("API client left during %s; aborted", rid)
@@ -224,7 +226,7 @@ class LocalApiServer:
                         raise engine_error(event.failure)  # nothing sent yet: a plain HTTP error
                     await _write_error(response, engine_error(event.failure))
                     return response
-                if not isinstance(event, (ThinkingDelta, AnswerDelta, Finished)):
+                if not isinstance(event, (ThinkingDelta, AnswerDelta, LoopDetected, Finished)):
                     continue
                 if isinstance(event, Finished):
                     self._check_finished(request, event, rid)
@@ -237,6 +239,9 @@ class LocalApiServer:
                     await response.write(self._chunk(rid, created, {"reasoning_content": event.text}))
                 elif isinstance(event, AnswerDelta):
                     await response.write(self._chunk(rid, created, {"content": event.text}))
+                elif isinstance(event, LoopDetected):  # text already sent past the kept length is to be dropped
+                    await response.write(self._chunk(rid, created, {"loop_guard": event.summary(),
+                                                                    "loop_guard_kept_chars": event.kept_char}))
                 else:
                     await response.write(self._chunk(rid, created, {}, _finish_reason(event)))
                     if chat.stream_options is not None and chat.stream_options.include_usage:

@@ -36,10 +36,18 @@ from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore, export_json, export_markdown
 from app.core.keystore import KeyStore
 from app.core.model_families import model_family, sampling_warning, with_card_sampling
-from app.core.settings import EngineConfig, Settings, save_settings
+from app.core.settings import EngineConfig, SamplingConfig, Settings, save_settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import BackendChosen, EngineErrorEvent, EngineReady, Finished, Metrics, StatusChanged
+from app.engine.events import (
+    BackendChosen,
+    EngineErrorEvent,
+    EngineReady,
+    Finished,
+    LoopDetected,
+    Metrics,
+    StatusChanged,
+)
 from app.engine.loop_thread import on_engine
 from app.ui.bridge import EngineBridge
 from app.ui.gauges import GaugeBar
@@ -223,6 +231,7 @@ class MainWindow(QMainWindow):
         self.bridge.error.connect(self.on_engine_error)
         self.bridge.finished.connect(self.on_finished)
         self.bridge.backend_chosen.connect(self.on_backend_chosen)
+        self.bridge.loop_detected.connect(self.on_loop_detected)
         self.prompt.submitted.connect(self.send)
         self.send_button.clicked.connect(self.send)
         self.think_switch.toggled.connect(self.set_chat_thinking)
@@ -232,6 +241,7 @@ class MainWindow(QMainWindow):
         self.copy_button.clicked.connect(self.copy_answer)
         self.banner.action_clicked.connect(self.on_banner_action)
         self.thinking_pane.fold_changed.connect(self.on_thinking_folded)
+        self.thinking_pane.continue_anyway.connect(self.continue_past_loop)
         lst = self.conversation_list
         lst.new_button.clicked.connect(self.new_conversation)
         lst.rename_button.clicked.connect(self.rename_conversation)
@@ -445,7 +455,15 @@ class MainWindow(QMainWindow):
         conversation.turns[-1] = Turn(user=last.user)
         await self._run_reply(conversation)
 
-    async def _run_reply(self, conversation: Conversation) -> None:
+    @asyncSlot()
+    async def continue_past_loop(self) -> None:
+        """The repetition was wanted: answer the last message again with the loop guard only warning."""
+        if self.streaming or not self.conversation.turns or not self.engine_ready:
+            return
+        self.conversation.turns[-1] = Turn(user=self.conversation.turns[-1].user)
+        await self._run_reply(self.conversation, self.settings.sampling.with_loop_guard(action="warn"))
+
+    async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None) -> None:
         request_id = uuid.uuid4().hex[:12]
         self.current_request = request_id
         self._answer_started = False
@@ -462,7 +480,9 @@ class MainWindow(QMainWindow):
         self._partial_timer.start()
         self._refresh_state()
         try:
-            sampling = self.settings.sampling.model_copy(update={"thinking": conversation.thinking})
+            # This chat's Think switch, on whatever sampling this reply runs with (Continue anyway: guard warns).
+            sampling = SamplingConfig.model_validate({**(sampling or self.settings.sampling).model_dump(),
+                                                      "thinking": conversation.thinking})
             if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
                 self.show_notice(warning)
             await self.bridge.generate(conversation.messages(), sampling, request_id)
@@ -520,6 +540,15 @@ class MainWindow(QMainWindow):
         folded_width = 180
         self.live_split.setSizes([folded_width, total - folded_width] if folded else [total // 2, total - total // 2])
 
+    def on_loop_detected(self, event: LoopDetected) -> None:
+        if event.request_id != self.current_request:
+            return
+        cut = event.outcome != "warned"
+        self.thinking_pane.show_loop(event.summary(), event.start_char if cut and event.phase == "thinking"
+                                     else None, event.copies)
+        if cut and event.phase == "answer":
+            self.answer_pane.keep(event.kept_char)
+
     def show_notice(self, text: str) -> None:
         self.notice_label.setText(text)
         self.notice_label.show()
@@ -535,6 +564,7 @@ class MainWindow(QMainWindow):
         self.answer_pane.render_markdown()
         turn = self.conversation.turns[-1]
         turn.thinking, turn.answer, turn.finish_reason = finished.thinking_text, finished.answer_text, finished.reason
+        turn.loop_guard = "\n".join(loop.summary() for loop in finished.loops)
         if finished.metrics is not None:
             m = finished.metrics
             turn.thinking_tokens, turn.answer_tokens, turn.ttft_s = m.thinking_tokens, m.answer_tokens, m.ttft_s
@@ -544,6 +574,8 @@ class MainWindow(QMainWindow):
         self.history.finish_turn(turn)
         if finished.reason == "abort":
             self.show_notice("Stopped. The partial reply is kept.")
+        elif finished.reason == "loop":
+            self.show_notice("The loop guard cut this reply where it began to repeat itself.")
         self._refresh_state()
         self.reply_finished.emit(finished)
 
