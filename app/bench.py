@@ -1,4 +1,4 @@
-"""`nalar bench …`: engine-layer overhead, UI throughput and stalls, start-up time.
+"""`nalar bench …`: engine-layer overhead, UI throughput and stalls, start-up time, trimming.
 
 Targets are checked here, in measurements, not in timed tests. Results print as a
 table (or JSON) and are saved under the data dir's bench/ folder.
@@ -79,14 +79,17 @@ async def _raw_run(host: Any, tokens: int, index: int, messages: list[dict[str, 
     return count / (last - (called if include_prefill else first))  # type: ignore[operator]
 
 
-async def _layer_run(host: Any, tokens: int, index: int) -> float:
+async def _layer_run(host: Any, tokens: int, index: int, deltas: list[str] | None = None) -> float:
     from app.engine.events import AnswerDelta, Finished
 
     first = last = None
     total = 0
-    async for event in host.generate(PROMPT, SamplingConfig(max_tokens=tokens, think_budget=0),
-                                     f"layer-{index}", ignore_eos=True):
+    # The loop guard watches as in the app, but only warns: a fixed-length run must not be cut.
+    sampling = SamplingConfig(max_tokens=tokens, think_budget=0).with_loop_guard(action="warn")
+    async for event in host.generate(PROMPT, sampling, f"layer-{index}", ignore_eos=True):
         if isinstance(event, AnswerDelta):
+            if deltas is not None:
+                deltas.append(event.text)
             now = time.perf_counter()
             if first is None:
                 first = now
@@ -98,6 +101,23 @@ async def _layer_run(host: Any, tokens: int, index: int) -> float:
     return (total - 1) / (last - first)
 
 
+def loop_guard_us_per_token(deltas: list[str], rounds: int = 5) -> float:
+    """The loop detector's own time per token, on a real reply's deltas, watching from the first token
+    and never stopping (the worst case: no loop found, every check runs)."""
+    from app.core.settings import LoopGuardConfig
+    from app.engine.loop_guard import LoopDetector
+
+    config = LoopGuardConfig(start_after_tokens=0)
+    best = float("inf")
+    for _ in range(rounds):
+        detector = LoopDetector(config)
+        started = time.perf_counter()
+        for text in deltas:
+            detector.feed([hash(text)], text)
+        best = min(best, time.perf_counter() - started)
+    return best * 1e6 / max(1, len(deltas))
+
+
 def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
     from app.engine.host import EngineHost
 
@@ -105,16 +125,21 @@ def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
     try:
         ready = host.loop_thread.submit(host.start(_model_config(reasoning_mode=False))).result(600)
         raw, layer = [], []
+        deltas: list[str] = []
         for index in range(repeats):  # interleaved, so drift hits both sides alike
             raw.append(host.loop_thread.submit(_raw_run(host, tokens, index)).result(600))
-            layer.append(host.loop_thread.submit(_layer_run(host, tokens, index)).result(600))
+            deltas.clear()
+            layer.append(host.loop_thread.submit(_layer_run(host, tokens, index, deltas)).result(600))
     finally:
         host.close()
     raw_median, layer_median = statistics.median(raw), statistics.median(layer)
+    guard_us = loop_guard_us_per_token(deltas)
     return {"benchmark": "engine", "tokens_per_run": tokens, "repeats": repeats,
             "load_seconds": round(ready.load_seconds, 1), "kv_capacity_tokens": ready.kv_capacity_tokens,
             "raw_asyncllm_tok_s": round(raw_median, 2), "engine_layer_tok_s": round(layer_median, 2),
             "ratio": round(layer_median / raw_median, 3), "raw_runs": [round(x, 2) for x in raw],
+            "loop_guard_us_per_token": round(guard_us, 2),
+            "loop_guard_share_of_decode": f"{guard_us / (1e6 / layer_median):.3%}",
             "layer_runs": [round(x, 2) for x in layer]}
 
 
@@ -259,6 +284,54 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
             "app_process_cpu_share_while_streaming": round(statistics.median(parent_cpu), 3)}
 
 
+# ---- trimming: a long conversation cut to the context, on the real tokenizer ----------------------
+
+def _conversation(turns: int, chars: int) -> list[dict[str, str]]:
+    words = "the sky is blue because air scatters short wavelengths more than long ones".split()
+    messages = [{"role": "system", "content": "Be brief."}]
+    for index in range(turns):
+        text = " ".join(words[(index + k) % len(words)] for k in range(chars // 5 + 1))[:chars]
+        messages.append({"role": "user" if index % 2 == 0 else "assistant", "content": text})
+    return messages
+
+
+def bench_trim(context: int = 4096, repeats: int = 5) -> dict[str, Any]:
+    """``fit_prompt`` as EngineHost calls it (reserve a quarter of the context) against the old way."""
+    from transformers import AutoTokenizer
+
+    from app.core.embedded_model import ensure_embedded_model
+    from app.engine.trimming import fit_by_dropping_one_at_a_time, fit_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(str(ensure_embedded_model()))
+    reserve = context // 4
+
+    def median_ms(fit: Any, messages: list[dict[str, str]], runs: int) -> tuple[str, int]:
+        """Wall and CPU ms: on a shared machine the wall time is mostly waiting for a core."""
+        wall, cpu, dropped = [], [], 0
+        for _ in range(runs):
+            started, started_cpu = time.perf_counter(), time.process_time()
+            _, dropped = fit(messages)
+            wall.append((time.perf_counter() - started) * 1000)
+            cpu.append((time.process_time() - started_cpu) * 1000)
+        return f"{statistics.median(wall):.1f} wall, {statistics.median(cpu):.1f} CPU", dropped
+
+    result: dict[str, Any] = {"benchmark": "trim", "context_tokens": context, "reserve_tokens": reserve,
+                              "load_average_1min": round(os.getloadavg()[0], 1)}
+    fast = lambda m: fit_prompt(tokenizer, m, limit=context, reserve=reserve, opened_think=False)  # noqa: E731
+    fast(_conversation(10, 100))  # warm-up: the template compiles once
+    for turns, chars in ((1_000, 600), (1_000, 4_500), (30_000, 1)):
+        ms, dropped = median_ms(fast, _conversation(turns, chars), repeats)
+        result[f"{turns:,} messages x {chars:,} chars: ms"] = f"{ms} ({dropped:,} dropped)"
+    old = lambda m: fit_by_dropping_one_at_a_time(tokenizer, m, budget=context - reserve,  # noqa: E731
+                                                  opened_think=False)
+    for turns, chars in ((60, 2_000),):
+        old_ms, _ = median_ms(old, _conversation(turns, chars), 1)
+        new_ms, _ = median_ms(fast, _conversation(turns, chars), repeats)
+        result[f"{turns} messages x {chars:,} chars: old way ms"] = old_ms
+        result[f"{turns} messages x {chars:,} chars: ms"] = new_ms
+    return result
+
+
 # ---- start-up: process start to window shown ---------------------------------------------------
 
 def bench_startup(repeats: int = 3) -> dict[str, Any]:
@@ -289,6 +362,8 @@ def run_bench(what: str, *, tokens: int, as_json: bool) -> int:
         results.append(bench_ui_real(tokens))
     if what in ("engine", "all"):
         results.append(bench_engine(tokens))
+    if what in ("trim", "all"):
+        results.append(bench_trim())
     report = {"machine": machine_description(), "when": time.strftime("%Y-%m-%d %H:%M"), "results": results}
     folder = paths.data_dir() / "bench"
     folder.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,16 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="nalar", description="Run reasoning models locally on vLLM.")
@@ -47,9 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         "bench", help="measure the configured model with KV dtype auto and fp8 (or a developer benchmark)",
         description="Without WHAT: the FP8 KV benchmark of the configured model (TTFT, ms/token by context "
                     "depth, KV capacity, bandwidth floor), saved as JSON and PNG in the data dir. "
-                    "engine|ui|startup|all: the developer benchmarks.")
-    bench.add_argument("what", nargs="?", choices=["engine", "ui", "startup", "all"],
-                       help="a developer benchmark instead of the FP8 one")
+                    "saturation: how many chats of what length fit; engine|ui|startup|trim|all: the developer "
+                    "benchmarks.")
+    bench.add_argument("what", nargs="?", choices=["saturation", "engine", "ui", "startup", "trim", "all"],
+                       help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
+                            "latency knee, per KV dtype); engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
     bench.add_argument("--json", action="store_true", help="print results as JSON")
@@ -60,6 +72,17 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--model", default=None, help="model folder or hub id (default: the settings' model)")
     bench.add_argument("--max-model-len", type=int, default=None,
                        help="context length for the FP8 bench (default: the settings'); depths must fit in it")
+    saturation = bench.add_argument_group("saturation sweep (`nalar bench saturation`)")
+    saturation.add_argument("--contexts", type=_int_list, default=None, help="context lengths, e.g. 256,512,768")
+    saturation.add_argument("--concurrency", type=_int_list, default=None, help="concurrent chats, e.g. 1,2,4,8")
+    saturation.add_argument("--rounds", type=int, default=None, help="requests per client in the closed loop")
+    saturation.add_argument("--kv-pool-mib", type=int, default=None,
+                            help="CPU KV pool for the sweep (default 32: small enough to fill)")
+    saturation.add_argument("--target-ms", type=_float_list, default=None,
+                            help="p95 ms/token targets (GPU default 100,250)")
+    saturation.add_argument("--target-x", type=_float_list, default=None,
+                            help="targets as multiples of the single-stream p95 (CPU default 2)")
+    saturation.add_argument("--keep-series", action="store_true", help="also save every cell's per-step series")
     doctor = sub.add_parser("doctor", help="check that Nalar can run here, and with what")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable)")
@@ -101,6 +124,15 @@ def main(argv: list[str] | None = None) -> int:
                                      kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json,
                                      progress_jsonl=args.progress_jsonl, model=args.model,
                                      max_model_len=args.max_model_len)
+    if args.command == "bench" and args.what == "saturation":
+        from app.fp8_bench import DEFAULT_KV_DTYPES
+        from app.saturation_bench import run_saturation_command
+
+        return run_saturation_command(
+            contexts=args.contexts, concurrency=args.concurrency, tokens=args.tokens, rounds=args.rounds,
+            kv_pool_mib=args.kv_pool_mib, target_ms=args.target_ms, target_x=args.target_x,
+            kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json, progress_jsonl=args.progress_jsonl,
+            model=args.model, max_model_len=args.max_model_len, keep_series=args.keep_series)
     if args.command == "bench":
         from app.bench import run_bench
 

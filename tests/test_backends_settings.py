@@ -261,9 +261,10 @@ def test_a_version_1_history_gains_the_backend_column(isolated_dirs: Path) -> No
     turn.backend = "gpu-box"
     store.finish_turn(turn)
     assert store.message_row(turn.message_id)["backend"] == "gpu-box"
+    assert store.message_row(turn.message_id)["loop_guard"] == ""  # version 4 added the loop guard's record
     store.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
     HistoryStore().close()  # opening a current file again changes nothing
     assert paths.data_dir() in path.parents
 

@@ -6,7 +6,7 @@ import json
 
 from PySide6.QtWidgets import QDialogButtonBox, QMessageBox
 
-from app.core.settings import EngineConfig, Settings, load_settings
+from app.core.settings import EngineConfig, LoopGuardConfig, Settings, load_settings
 from app.engine.capability import HardwareProbe
 from app.engine.scripted import ScriptedEngineDouble
 from app.ui.settings_dialog import SettingsDialog
@@ -29,7 +29,9 @@ def test_every_schema_field_has_an_editor(qtbot) -> None:
     dialog = make_dialog(qtbot)
     names = {name for _, name in dialog.editors}
     assert names == set(EngineConfig.model_fields) | {"temperature", "top_p", "top_k", "max_tokens",
-                                                       "repetition_penalty", "think_budget", "thinking"}
+                                                       "repetition_penalty", "think_budget", "thinking"} | set(
+        LoopGuardConfig.model_fields)
+    assert ("loop_guard", "action") in dialog.editors
 
 
 def test_fp8_is_disabled_with_the_reason_on_a_cpu_without_avx512(qtbot) -> None:
@@ -108,3 +110,15 @@ def test_apply_saves_and_restarts_the_engine_cancel_does_nothing(qtbot, make_win
     dialog.editors[("engine", "max_model_len")].setValue(3000)
     button(dialog, QDialogButtonBox.StandardButton.Cancel).click()
     assert window.settings.engine.max_model_len == 1024 and len(engine.starts) == 2
+
+
+def test_a_bad_loop_guard_threshold_is_marked_on_its_own_tab(qtbot) -> None:
+    dialog = make_dialog(qtbot)
+    dialog.editors[("loop_guard", "similarity")].setValue(1.5)
+    assert dialog.candidate is None
+    assert not dialog.errors[("loop_guard", "similarity")].isHidden()
+    dialog.editors[("loop_guard", "similarity")].setValue(0.9)
+    dialog.editors[("loop_guard", "action")].setCurrentIndex(dialog.editors[("loop_guard", "action")].findData("stop"))
+    assert dialog.candidate is not None
+    assert dialog.candidate.sampling.loop_guard.similarity == 0.9
+    assert dialog.candidate.sampling.loop_guard.action == "stop"

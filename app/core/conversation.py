@@ -22,6 +22,7 @@ class Turn:
     model: str = ""
     kv_cache_dtype: str = ""
     backend: str = ""  # which backend answered: "local" or a remote profile's name
+    loop_guard: str = ""  # what the loop guard found and did, one line per loop (LoopDetected.summary)
 
 
 @dataclass

@@ -43,16 +43,18 @@ CREATE TABLE IF NOT EXISTS messages (
     tok_s REAL NOT NULL DEFAULT 0,
     finish_reason TEXT,
     backend TEXT NOT NULL DEFAULT '',
+    loop_guard TEXT NOT NULL DEFAULT '',
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     UNIQUE (conversation_id, position)
 );
 """
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # Each step brings a database of version N (the key) to N + 1.
 MIGRATIONS = {
     1: "ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''",
     2: "ALTER TABLE conversations ADD COLUMN thinking INTEGER NOT NULL DEFAULT 1",
+    3: "ALTER TABLE messages ADD COLUMN loop_guard TEXT NOT NULL DEFAULT ''",
 }
 
 
@@ -145,7 +147,7 @@ class HistoryStore:
                     finish_reason=message["finish_reason"], thinking_tokens=message["thinking_tokens"],
                     answer_tokens=message["answer_tokens"], ttft_s=message["ttft_s"], answer_tok_s=message["tok_s"],
                     message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"],
-                    backend=message["backend"]))
+                    backend=message["backend"], loop_guard=message["loop_guard"]))
             found.append(conversation)
         return found
 
@@ -163,6 +165,7 @@ class HistoryStore:
                 "DO UPDATE SET user_text = excluded.user_text, thinking_text = '', answer_text = '', "
                 "model = excluded.model, kv_cache_dtype = excluded.kv_cache_dtype, backend = excluded.backend, "
                 "thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, tok_s = 0, finish_reason = NULL, "
+                "loop_guard = '', "
                 "updated_at = excluded.updated_at",
                 (conversation.id, position, turn.user, turn.model, turn.kv_cache_dtype, turn.backend, now, now))
             message_id = self._db.execute("SELECT id FROM messages WHERE conversation_id = ? AND position = ?",
@@ -183,9 +186,9 @@ class HistoryStore:
         with self._db:
             self._db.execute(
                 "UPDATE messages SET thinking_text = ?, answer_text = ?, thinking_tokens = ?, answer_tokens = ?, "
-                "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, updated_at = ? WHERE id = ?",
+                "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, loop_guard = ?, updated_at = ? WHERE id = ?",
                 (turn.thinking, turn.answer, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s, turn.answer_tok_s,
-                 turn.finish_reason or "stop", turn.backend, time.time(), turn.message_id))
+                 turn.finish_reason or "stop", turn.backend, turn.loop_guard, time.time(), turn.message_id))
 
     def message_row(self, message_id: int) -> dict[str, Any]:
         row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
@@ -210,6 +213,7 @@ def export_json(conversation: Conversation) -> str:
         "id": conversation.id, "title": conversation.title,
         "messages": [{"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
                       "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend,
+                      "loop_guard": t.loop_guard,
                       "thinking_tokens": t.thinking_tokens,
                       "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s, "tok_s": t.answer_tok_s}
                      for t in conversation.turns]}, indent=2, ensure_ascii=False)

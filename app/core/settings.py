@@ -36,7 +36,9 @@ class EngineConfig(BaseModel):
     max_model_len: int = Field(4096, ge=256, le=1_048_576, description="Context length in tokens.")
     gpu_memory_utilization: float = Field(
         0.85, gt=0.05, le=0.98, description="Share of VRAM vLLM may take for weights and KV cache (GPU only).")
-    cpu_kv_cache_gib: float = Field(1.0, ge=0.125, le=512, description="KV cache pool size on the CPU engine.")
+    cpu_kv_cache_gib: float = Field(
+        1.0, ge=0.03125, le=512, description="KV cache pool size on the CPU engine (from 32 MiB: a saturation sweep "
+                                             "wants a pool that fills).")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV of a shared conversation prefix.")
     enforce_eager: bool | None = Field(
         None, description="Skip graph capture: faster start, slower decode. None: eager on CPU only.")
@@ -45,6 +47,35 @@ class EngineConfig(BaseModel):
         True, description="For models without native thinking: open <think> and give them a think budget.")
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="Split the model across this many local GPUs (tensor parallel; GPU only).")
+
+
+LoopAction = Literal["conclude", "resample", "stop", "warn"]
+
+
+class LoopGuardConfig(BaseModel):
+    """The loop guard: when a reply starts repeating itself, catch it and still give an answer."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    enabled: bool = Field(True, description="Watch every reply for thinking or answers that loop.")
+    action: LoopAction = Field(
+        "conclude", description="On a loop: conclude (cut the loop, ask for the answer), resample (retry from "
+                                "the loop's start, hotter), stop, or only warn. A looping answer is always cut.")
+    start_after_tokens: int = Field(256, ge=0, le=131_072, description="Tokens of the reply before checks start.")
+    check_every_tokens: int = Field(16, ge=1, le=1024, description="Tokens between two checks.")
+    max_period_tokens: int = Field(256, ge=4, le=4096, description="Longest exact repeat looked for, in tokens.")
+    min_copies: int = Field(3, ge=2, le=100, description="Copies of a passage (4+ tokens) that make a loop.")
+    min_loop_tokens: int = Field(64, ge=8, le=8192, description="Tokens the copies must cover together.")
+    short_period_copies: int = Field(32, ge=4, le=1000, description="Copies needed for a 1-3 token repeat.")
+    segment_min_chars: int = Field(40, ge=10, le=2000,
+                                   description="Shortest sentence or line compared for near-duplicates.")
+    similarity: float = Field(0.85, gt=0.0, le=1.0,
+                              description="Word-trigram Jaccard at which two sentences count as the same.")
+    similar_segments: int = Field(3, ge=2, le=50, description="Near-duplicate sentences that make a loop.")
+    segment_window: int = Field(12, ge=2, le=200, description="How many recent sentences are compared.")
+    resample_temperature: float = Field(
+        0.9, ge=0.0, le=2.0, description="Temperature of a resample (at least this, and above the current one).")
+    max_resamples: int = Field(2, ge=0, le=10, description="Resamples per reply before the guard concludes.")
 
 
 class SamplingConfig(BaseModel):
@@ -61,6 +92,12 @@ class SamplingConfig(BaseModel):
     thinking: bool = Field(True, description="The Think switch (each chat keeps its own; this is a new chat's). "
                                               "Qwen3: through the chat template; R1, QwQ: always on; "
                                               "other models: Nalar's reasoning mode.")
+    loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+
+    def with_loop_guard(self, **changes: Any) -> SamplingConfig:
+        """A validated copy with loop-guard fields changed (``model_copy(update=)`` would not validate)."""
+        guard = LoopGuardConfig.model_validate({**self.loop_guard.model_dump(), **changes})
+        return SamplingConfig.model_validate({**self.model_dump(), "loop_guard": guard.model_dump()})
 
 
 LOCAL_PROFILE = "local"

@@ -3,197 +3,304 @@
 Opt-in. It runs on the engine's own loop thread (aiohttp), calls ``engine.generate`` directly,
 and requires a bearer token. Streaming keeps reasoning separate: thinking arrives as
 ``reasoning_content`` deltas, the answer as ``content``, as DeepSeek's API does.
+
+Every refusal is an ``ApiError`` (app/engine/api_protocol.py) answered in OpenAI's error shape; a
+reply that fails part-way ends as an error in both modes, never as a finished answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
 import secrets
 import time
 import uuid
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_exceptions import HTTPException
 
-from app.core.settings import SamplingConfig, changed
-from app.engine.base import EngineBase, Message
-from app.engine.events import AnswerDelta, EngineErrorEvent, Finished, ThinkingDelta
+from app.core.settings import SamplingConfig
+from app.engine.api_connections import (
+    ConnectionGuard,
+    GuardedRequestHandler,
+    error_response,
+)
+from app.engine.api_protocol import (
+    MAX_BODY_BYTES,
+    SERVER_ERROR,
+    ApiError,
+    ChatRequest,
+    engine_error,
+    parse_chat_request,
+    parse_json,
+    public_model_id,
+)
+from app.engine.base import EngineBase
+from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, LoopDetected, ThinkingDelta
 
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"  # never another interface: the token is the only lock on it
+ALLOWED_HOSTS = ("127.0.0.1", "localhost")  # a browser page on another name (DNS rebinding) is refused
+
+Events = AsyncGenerator[EngineEvent, None]
 
 
-def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
-
-
-def _messages(raw: Any) -> list[Message]:
-    """OpenAI messages to ours; content given as a list of parts keeps its text parts."""
-    if not isinstance(raw, list) or not raw:
-        raise ValueError("'messages' must be a non-empty list")
-    messages: list[Message] = []
-    for item in raw:
-        if not isinstance(item, dict) or item.get("role") not in ("system", "user", "assistant"):
-            raise ValueError("each message needs a role of system, user or assistant")
-        content = item.get("content") or ""
-        if isinstance(content, list):
-            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        messages.append({"role": str(item["role"]), "content": str(content)})
-    return messages
+def _host_name(header: str) -> str:
+    """'localhost:8765' → 'localhost'; '[::1]:8765' → '[::1]'."""
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 class LocalApiServer:
     """Start and stop on the engine loop (``engine.loop_thread``)."""
 
-    def __init__(self, engine: EngineBase, token: str, port: int, sampling: SamplingConfig | None = None) -> None:
+    def __init__(self, engine: EngineBase, token: str, port: int, sampling: SamplingConfig | None = None,
+                 guard: ConnectionGuard | None = None) -> None:
         self.engine = engine
-        self._token = token
+        self._token = token.encode()
         self.port = port
         self.sampling = sampling or SamplingConfig()
+        self.guard = guard or ConnectionGuard()
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.Server | None = None
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}/v1"
 
+    @property
+    def bound_addresses(self) -> list[tuple[str, int]]:
+        """What the listening sockets are really bound to (the tests check these, not ``url``)."""
+        sockets = self._listener.sockets if self._listener is not None else ()
+        return [tuple(sock.getsockname()[:2]) for sock in sockets]  # type: ignore[misc]
+
     async def start(self) -> str:
         """Bind 127.0.0.1:port (0 picks a free one); returns the base URL."""
-        app = web.Application(middlewares=[self._auth])
+        app = web.Application(middlewares=[self._check_host, self._errors_as_json, self._auth],
+                              client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
-        runner = web.AppRunner(app, access_log=None)  # request lines stay out of the logs
+        # handler_cancellation: a client that leaves cancels its handler, and with it the generation.
+        runner = web.AppRunner(app, handler_cancellation=True)
         await runner.setup()
-        site = web.TCPSite(runner, HOST, self.port)
+        server = runner.server
+        assert server is not None
+        options: dict[str, Any] = {
+            "loop": asyncio.get_running_loop(), "keepalive_timeout": self.guard.keepalive_s,
+            "auto_decompress": False,  # a small gzip body must not inflate before the token is checked
+            "access_log": None,  # request lines stay out of the logs
+        }
         try:
-            await site.start()
+            self._listener = await asyncio.get_running_loop().create_server(
+                lambda: GuardedRequestHandler(server, guard=self.guard, **options), HOST, self.port)
         except OSError:
             await runner.cleanup()
             raise
         self._runner = runner
-        self.port = int(runner.addresses[0][1])  # the real one when 0 asked for any free port
+        self.port = self.bound_addresses[0][1]  # the real one when 0 asked for any free port
         log.info("local API server listening on %s", self.url)
         return self.url
 
     async def stop(self) -> None:
+        listener, self._listener = self._listener, None
         runner, self._runner = self._runner, None
+        if listener is not None:
+            listener.close()
         if runner is not None:
-            await runner.cleanup()
+            await runner.cleanup()  # closes the open connections, ending their handlers
+
+    # ---- middlewares, outermost first --------------------------------------------------------------
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), self._token.encode()):
-            return _error(401, "A valid bearer token is required (Settings → Local API server shows it).",
-                          "invalid_request_error")
+    async def _check_host(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Before anything else: a page a browser loaded from another name must not reach us."""
+        host = request.headers.get("Host")
+        if host is not None and _host_name(host).lower() not in ALLOWED_HOSTS:
+            self.guard.quiet.once(request.remote, "refused a request for another host name")
+            return error_response(ApiError(403, "This server answers only requests addressed to 127.0.0.1 or "
+                                                "localhost.", code="host_not_allowed"))
         response: web.StreamResponse = await handler(request)
         return response
 
+    @web.middleware
+    async def _errors_as_json(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        except ApiError as error:
+            return error_response(error)
+        except HTTPException as exc:
+            return _http_error(request, exc)
+        except Exception:  # a bug of ours: the client still gets JSON, the log gets the traceback
+            log.exception("local API request %s %s failed", request.method, request.path)
+            return error_response(ApiError(500, "The local API server failed on this request; see nalar.log.",
+                                           kind=SERVER_ERROR, code="internal_error"))
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        # Bytes, not str: a header with a non-ASCII byte is just a wrong token.
+        scheme, _, token = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape").partition(b" ")
+        if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(), self._token):
+            self.guard.quiet.once(request.remote, "refused a request without the right token")
+            return error_response(ApiError(401, "A valid bearer token is required (Settings → Local API server "
+                                                "shows it).", code="invalid_api_key"))
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    # ---- handlers ----------------------------------------------------------------------------------
+
     def _model_id(self) -> str:
         ready = self.engine.ready
-        return ready.model if ready else "nalar"
+        return public_model_id(ready.model) if ready else "nalar"
 
     async def _models(self, request: web.Request) -> web.Response:
         ready = self.engine.ready
-        data = [] if ready is None else [{"id": ready.model, "object": "model", "created": int(time.time()),
+        data = [] if ready is None else [{"id": self._model_id(), "object": "model", "created": int(time.time()),
                                           "owned_by": "nalar", "max_model_len": ready.max_model_len}]
         return web.json_response({"object": "list", "data": data})
 
-    def _sampling(self, body: dict[str, Any]) -> SamplingConfig:
-        update: dict[str, Any] = {}
-        for ours, theirs in (("temperature", "temperature"), ("top_p", "top_p")):
-            if body.get(theirs) is not None:
-                update[ours] = float(body[theirs])
-        template_kwargs = body.get("chat_template_kwargs") or {}
-        if "enable_thinking" in template_kwargs:  # the Think switch, the way vLLM's server takes it
-            update["thinking"] = bool(template_kwargs["enable_thinking"])
-        limit = body.get("max_completion_tokens") or body.get("max_tokens")
-        if limit is not None:
-            # Their limit covers thinking and answer together: split it the way our budget does.
-            limit = int(limit)
-            think = min(self.sampling.think_budget, limit // 2)
-            update["think_budget"], update["max_tokens"] = think, max(1, limit - think)
-        return changed(self.sampling, **update)
+    async def _read_json(self, request: web.Request) -> Any:
+        if request.headers.get("Content-Encoding", "identity").lower() != "identity":
+            raise ApiError(400, "Compressed request bodies are not accepted: send the JSON uncompressed.",
+                           code="unsupported_content_encoding")
+        try:
+            raw = await asyncio.wait_for(request.read(), self.guard.body_read_s)
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"The request body did not arrive within {self.guard.body_read_s:g} s.",
+                           code="body_timeout") from None
+        return parse_json(raw, request.charset)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = await request.json()
-            messages = _messages(body.get("messages"))
-            sampling = self._sampling(body)
-        except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
-            return _error(400, f"Bad request: {str(exc).splitlines()[0]}", "invalid_request_error")
+        chat = parse_chat_request(await self._read_json(request))
+        sampling = chat.sampling(self.sampling)
         if self.engine.ready is None or self.engine.engine_died():
-            return _error(503, "Nalar's engine is not running.", "server_error")
+            raise ApiError(503, "Nalar's engine is not running.", kind=SERVER_ERROR, code="engine_unavailable")
         rid = "api-" + uuid.uuid4().hex[:12]
-        created = int(time.time())
-        if body.get("stream"):
-            return await self._stream(request, rid, created, messages, sampling,
-                                      bool((body.get("stream_options") or {}).get("include_usage")))
-        return await self._complete(rid, created, messages, sampling)
-
-    def _chunk(self, rid: str, created: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        payload = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": self._model_id(),
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-        return f"data: {json.dumps(payload)}\n\n".encode()
-
-    async def _stream(self, request: web.Request, rid: str, created: int, messages: list[Message],
-                      sampling: SamplingConfig, include_usage: bool) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        await response.write(self._chunk(rid, created, {"role": "assistant", "content": ""}))
         # Closing the generator (client gone, or done) aborts the request in the engine.
-        async with contextlib.aclosing(self.engine.generate(messages, sampling, rid)) as events:
+        async with contextlib.aclosing(self.engine.generate(chat.chat_messages(), sampling, rid)) as events:
             try:
-                async for event in events:
-                    if isinstance(event, ThinkingDelta):
-                        await response.write(self._chunk(rid, created, {"reasoning_content": event.text}))
-                    elif isinstance(event, AnswerDelta):
-                        await response.write(self._chunk(rid, created, {"content": event.text}))
-                    elif isinstance(event, EngineErrorEvent):
-                        error = {"error": {"message": event.failure.message, "type": "server_error"}}
-                        await response.write(f"data: {json.dumps(error)}\n\n".encode())
-                    elif isinstance(event, Finished):
-                        finish = "length" if event.reason == "length" else "stop"
-                        await response.write(self._chunk(rid, created, {}, finish))
-                        if include_usage:
-                            await response.write(self._usage_chunk(rid, created, event))
-                        break
-                await response.write(b"data: [DONE]\n\n")
-            except ConnectionResetError:
+                if chat.stream:
+                    return await self._stream(request, events, rid, chat)
+                return await self._complete(request, events, rid)
+            except asyncio.CancelledError:
                 log.info("API client left during %s; aborted", rid)
-        return response
+                raise
 
-    def _usage(self, finished: Finished) -> dict[str, int]:
-        m = finished.metrics
-        prompt = m.prompt_tokens if m else 0
-        completion = (m.thinking_tokens + m.answer_tokens) if m else 0
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    async def _complete(self, request: web.Request, events: Events, rid: str) -> web.Response:
+        async for event in events:
+            if isinstance(event, EngineErrorEvent):
+                raise engine_error(event.failure)  # even after part of an answer: it is not the answer
+            if isinstance(event, Finished):
+                self._check_finished(request, event, rid)
+                message = {"role": "assistant", "content": event.answer_text,
+                           "reasoning_content": event.thinking_text or None}
+                if event.loops:  # the loop guard cut or concluded this reply: say so
+                    message["loop_guard"] = "\n".join(loop.summary() for loop in event.loops)
+                return web.json_response({
+                    "id": rid, "object": "chat.completion", "created": int(time.time()), "model": self._model_id(),
+                    "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(event)}],
+                    "usage": _usage(event)})
+        raise ApiError(500, "The engine ended the request without a reply.", kind=SERVER_ERROR, code="engine_error")
 
-    def _usage_chunk(self, rid: str, created: int, finished: Finished) -> bytes:
-        payload = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": self._model_id(),
-                   "choices": [], "usage": self._usage(finished)}
-        return f"data: {json.dumps(payload)}\n\n".encode()
+    def _check_finished(self, request: web.Request, finished: Finished, rid: str) -> None:
+        if finished.reason in ("stop", "length", "loop"):
+            return
+        if request.transport is None or request.transport.is_closing():
+            log.info("API client left during %s; aborted", rid)
+        raise ApiError(503, "The request was stopped before the reply finished.", kind=SERVER_ERROR,
+                       code="request_aborted")
 
-    async def _complete(self, rid: str, created: int, messages: list[Message],
-                        sampling: SamplingConfig) -> web.Response:
-        finished: Finished | None = None
-        failure: str | None = None
-        async with contextlib.aclosing(self.engine.generate(messages, sampling, rid)) as events:
+    async def _stream(self, request: web.Request, events: Events, rid: str, chat: ChatRequest) -> web.StreamResponse:
+        created = int(time.time())
+        response: web.StreamResponse | None = None
+        try:
             async for event in events:
                 if isinstance(event, EngineErrorEvent):
-                    failure = event.failure.message
-                elif isinstance(event, Finished):
-                    finished = event
-                    break
-        if finished is None or (failure and not finished.answer_text):
-            return _error(500, failure or "The engine ended the request without a reply.", "server_error")
-        message = {"role": "assistant", "content": finished.answer_text,
-                   "reasoning_content": finished.thinking_text or None}
-        return web.json_response({
-            "id": rid, "object": "chat.completion", "created": created, "model": self._model_id(),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "length" if finished.reason == "length" else "stop"}],
-            "usage": self._usage(finished)})
+                    if response is None:
+                        raise engine_error(event.failure)  # nothing sent yet: a plain HTTP error
+                    await _write_error(response, engine_error(event.failure))
+                    return response
+                if not isinstance(event, (ThinkingDelta, AnswerDelta, LoopDetected, Finished)):
+                    continue
+                if isinstance(event, Finished):
+                    self._check_finished(request, event, rid)
+                if response is None:  # the first text (or the end) commits to a 200
+                    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                                           "Cache-Control": "no-cache"})
+                    await response.prepare(request)
+                    await response.write(self._chunk(rid, created, {"role": "assistant", "content": ""}))
+                if isinstance(event, ThinkingDelta):
+                    await response.write(self._chunk(rid, created, {"reasoning_content": event.text}))
+                elif isinstance(event, AnswerDelta):
+                    await response.write(self._chunk(rid, created, {"content": event.text}))
+                elif isinstance(event, LoopDetected):  # text already sent past the kept length is to be dropped
+                    await response.write(self._chunk(rid, created, {"loop_guard": event.summary(),
+                                                                    "loop_guard_kept_chars": event.kept_char}))
+                else:
+                    await response.write(self._chunk(rid, created, {}, _finish_reason(event)))
+                    if chat.stream_options is not None and chat.stream_options.include_usage:
+                        await response.write(_sse({"id": rid, "object": "chat.completion.chunk", "created": created,
+                                                   "model": self._model_id(), "choices": [],
+                                                   "usage": _usage(event)}))
+                    await response.write(b"data: [DONE]\n\n")
+                    return response
+            raise ApiError(500, "The engine ended the request without a reply.", kind=SERVER_ERROR,
+                           code="engine_error")
+        except ConnectionResetError:
+            log.info("API client left during %s; aborted", rid)
+            if response is None:
+                raise
+            return response
+        except Exception as exc:
+            if response is None:
+                raise  # the error middleware answers it
+            if not isinstance(exc, ApiError):
+                log.exception("local API stream %s failed", rid)
+                exc = ApiError(500, "The local API server failed during this reply; see nalar.log.",
+                               kind=SERVER_ERROR, code="internal_error")
+            with contextlib.suppress(ConnectionResetError):
+                await _write_error(response, exc)
+            return response
+
+    def _chunk(self, rid: str, created: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return _sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": self._model_id(),
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+def _http_error(request: web.Request, exc: HTTPException) -> web.Response:
+    """aiohttp's own refusals (404, 405, 413) in OpenAI's shape, keeping headers such as Allow."""
+    what = f"{request.method} {request.path[:200]}"
+    known = {404: (f"Unknown URL: {what}. This server has GET /v1/models and POST /v1/chat/completions.",
+                   "unknown_url"),
+             405: (f"Method not allowed: {what}.", "method_not_allowed"),
+             413: (f"The request body is over {MAX_BODY_BYTES // 2**20} MiB, this server's limit.",
+                   "request_too_large")}
+    message, code = known.get(exc.status, (f"{exc.reason} (HTTP {exc.status}).", None))
+    kept = {name: value for name, value in exc.headers.items() if name.lower() in ("allow", "retry-after")}
+    return error_response(ApiError(exc.status, message, code=code), kept)
+
+
+def _sse(payload: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+async def _write_error(response: web.StreamResponse, error: ApiError) -> None:
+    """The stream's last event: the openai client raises it as an APIError. No finish reason, no [DONE]."""
+    await response.write(_sse(error.payload()))
+
+
+def _finish_reason(finished: Finished) -> str:
+    return "length" if finished.reason == "length" else "stop"
+
+
+def _usage(finished: Finished) -> dict[str, int]:
+    m = finished.metrics
+    prompt = m.prompt_tokens if m else 0
+    completion = (m.thinking_tokens + m.answer_tokens) if m else 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

@@ -12,6 +12,7 @@ class FailureKind(enum.Enum):
     ENGINE_DIED = "engine stopped"
     ENGINE_START_FAILED = "engine failed to start"
     PROMPT_TOO_LONG = "prompt too long"
+    BAD_MESSAGES = "messages the chat template refuses"
     REQUEST_FAILED = "request failed"
     NOT_READY = "engine not ready"
     UNREACHABLE = "endpoint unreachable"

@@ -10,7 +10,8 @@ from typing import Literal
 
 from app.engine.errors import EngineFailure
 
-FinishReason = Literal["stop", "length", "abort", "error"]
+FinishReason = Literal["stop", "length", "abort", "error", "loop"]  # loop: cut by the loop guard
+LoopOutcome = Literal["concluded", "resampled", "stopped", "warned", "cut"]
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,43 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class LoopDetected:
+    """The loop guard found a reply repeating itself, and what it did about it.
+
+    Token indices count from the phase's first token; characters index the phase's text as
+    streamed, so a view can collapse the repeated span (``start_char`` to ``detected_char``).
+    """
+
+    request_id: str
+    phase: Literal["thinking", "answer"]
+    kind: Literal["exact", "drift"]  # drift: near-duplicate sentences whose wording changes
+    period: int  # tokens per copy
+    copies: int
+    start_token: int  # where the loop began
+    start_char: int
+    kept_char: int  # the phase text is kept up to here (the loop's start, or its first copy's end)
+    detected_token: int  # how far the phase had got when the guard fired
+    detected_char: int
+    outcome: LoopOutcome
+    tokens_saved: int = 0  # what the request could still have spent
+
+    def summary(self) -> str:
+        """e.g. "looped: one 48-token passage ×4 from token 1,210 · concluded · 2,300 tokens saved"."""
+        drift = ", wording drifting" if self.kind == "drift" else ""
+        where = "the thinking" if self.phase == "thinking" else "the answer"
+        saved = f" · {self.tokens_saved:,} tokens saved" if self.tokens_saved else ""
+        return (f"looped: one {self.period}-token passage ×{self.copies}{drift} in {where} from token "
+                f"{self.start_token:,} · {self.outcome}{saved}")
+
+
+@dataclass(frozen=True)
 class Finished:
     request_id: str
     reason: FinishReason
     thinking_text: str
     answer_text: str
     metrics: Metrics | None = None
+    loops: tuple[LoopDetected, ...] = ()  # what the loop guard found and did in this reply
 
 
 @dataclass(frozen=True)
@@ -99,4 +131,4 @@ class EngineErrorEvent:
 
 
 EngineEvent = (StatusChanged | EngineReady | ThinkingDelta | AnswerDelta | ContextTrimmed
-               | Metrics | Finished | EngineErrorEvent | BackendChosen)
+               | Metrics | Finished | EngineErrorEvent | BackendChosen | LoopDetected)

@@ -16,8 +16,8 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import psutil
 from app.core.model_families import PLAIN, model_family
 from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine import capability, cpu_runtime, vllm_logging
+from app.engine import capability, cpu_runtime, trimming, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
@@ -36,7 +36,7 @@ from app.engine.events import (
     EngineReady,
     Finished,
     FinishReason,
-    Metrics,
+    LoopDetected,
 )
 from app.engine.orphans import (
     OWNER_ENV,
@@ -46,17 +46,17 @@ from app.engine.orphans import (
     record_engine_processes,
     same_process,
 )
-from app.engine.reasoning import THINK_CLOSE, THINK_OPEN, ReplyTexts, Split, make_splitter, think_start_of_prompt
+from app.engine.reasoning import THINK_CLOSE, ReasoningSplitter, Split, make_splitter, think_start_of_prompt
+from app.engine.stream import KvFigures, Phase, ReplyStream
 
 log = logging.getLogger(__name__)
 
 REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step inside <think> and "
                            "</think>, then give a short, clear answer.")
 FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
-METRICS_INTERVAL_S = 0.1
 ORPHAN_RECHECK_S = 5.0
 IGNORE_EOS_ENV = "NALAR_IGNORE_EOS"
-
+BACKSTOP_COPIES = 16  # vLLM's repetition check, where the guard only warns: an exact loop this long is hopeless
 
 
 @dataclass
@@ -67,6 +67,8 @@ class KvStats:
     running: int = 0
     waiting: int = 0
     peak_usage: float = 0.0
+    preempted: int = 0  # requests vLLM preempted since the engine started (it recomputes them from scratch)
+    on_record: Callable[[KvStats], None] | None = None  # a benchmark's per-step recorder, on the engine loop
 
 
 def _stat_logger_factory(stats: KvStats) -> Any:
@@ -84,43 +86,15 @@ def _stat_logger_factory(stats: KvStats) -> Any:
                 self.stats.peak_usage = max(self.stats.peak_usage, self.stats.usage)
                 self.stats.running = int(scheduler_stats.num_running_reqs)
                 self.stats.waiting = int(scheduler_stats.num_waiting_reqs)
+            if iteration_stats is not None:
+                self.stats.preempted += int(iteration_stats.num_preempted_reqs)
+            if self.stats.on_record is not None:
+                self.stats.on_record(self.stats)
 
         def log_engine_initialized(self) -> None:
             pass
 
     return KvStatLogger
-
-
-class _PhaseRate:
-    """Smoothed tokens/s and ms/token for one phase, from delta arrival times."""
-
-    ALPHA = 0.3
-
-    def __init__(self) -> None:
-        self.tokens = 0
-        self._last: float | None = None
-        self._ema_ms: float | None = None
-
-    def add(self, now: float, tokens: int) -> None:
-        if tokens <= 0:
-            return
-        if self._last is not None:
-            ms = (now - self._last) * 1000.0 / tokens
-            self._ema_ms = ms if self._ema_ms is None else self._ema_ms + self.ALPHA * (ms - self._ema_ms)
-        self._last = now
-        self.tokens += tokens
-
-    def restart_clock(self, now: float) -> None:
-        """A new request continues this phase: the gap is not a token interval."""
-        self._last = now
-
-    @property
-    def ms_per_token(self) -> float:
-        return self._ema_ms or 0.0
-
-    @property
-    def tok_s(self) -> float:
-        return 1000.0 / self._ema_ms if self._ema_ms else 0.0
 
 
 def _is_resource_tracker(proc: psutil.Process) -> bool:
@@ -357,34 +331,14 @@ class EngineHost(EngineBase):
         if vllm_id and self._engine is not None:
             await self._engine.abort(vllm_id)
 
-    def _prompt_ids(self, messages: Sequence[Message], opened_think: bool) -> list[int]:
-        # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
-        hybrid = self._family.thinking == "hybrid"
-        switch = {"enable_thinking": opened_think, "thinking": opened_think} if hybrid else {}
-        prompt = self._tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=False,
-                                                     **switch)
-        if opened_think and not prompt.rstrip().endswith(THINK_OPEN):
-            prompt += THINK_OPEN + "\n"
-        return list(self._tokenizer.encode(prompt, add_special_tokens=False))
-
     def fit_prompt(self, messages: Sequence[Message], reserve: int, opened_think: bool) -> tuple[list[int], int]:
         """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it."""
         assert self.ready is not None
-        limit = self.ready.max_model_len
-        system = [m for m in messages[:1] if m["role"] == "system"]
-        turns = list(messages[len(system):])
-        dropped = 0
-        while True:
-            ids = self._prompt_ids(system + turns, opened_think)
-            if len(ids) + reserve <= limit or len(turns) <= 1:
-                break
-            turns.pop(0)
-            dropped += 1
-        if len(ids) >= limit - 1:
-            raise EngineFailure(FailureKind.PROMPT_TOO_LONG,
-                                f"The message is {len(ids):,} tokens; the context holds {limit:,}.",
-                                "Shorten the message, or raise the context length in Settings.")
-        return ids, dropped
+        # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
+        switch = ({"enable_thinking": opened_think, "thinking": opened_think}
+                  if self._family.thinking == "hybrid" else {})
+        return trimming.fit_prompt(self._tokenizer, messages, limit=self.ready.max_model_len, reserve=reserve,
+                                   opened_think=opened_think, template_kwargs=switch)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
                        request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
@@ -422,8 +376,23 @@ class EngineHost(EngineBase):
 
     async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str,
                         ignore_eos: bool) -> AsyncGenerator[EngineEvent, None]:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        """One reply in at most two vLLM requests.
+
+        1. Think phase: the chat prompt (with ``<think>`` opened when thinking is on) as one request.
+           Its deltas go through the reasoning splitter; the model may close the think block and
+           answer by itself. The request is cut when the thinking reaches ``think_budget`` or the
+           user asks for the answer now.
+        2. Answer phase, only when the think phase ended inside the think block: prompt + the
+           thinking so far + a forced ``</think>``, as a new request (the prefix cache keeps it
+           cheap). All its text is answer.
+
+        The loop guard watches both phases (ReplyStream). A loop in the thinking ends the think
+        request and, by the guard's action, starts it again from the loop's start a little hotter
+        (resample), goes to phase 2 with the thinking kept up to the loop (conclude), or ends the
+        reply (stop). A loop in the answer ends the reply after the loop's first copy.
+
+        Then exactly one Finished (stop, length, loop, abort, or error with the partial reply kept).
+        """
         from vllm.v1.engine.exceptions import EngineDeadError
 
         assert self.config is not None and self.ready is not None
@@ -439,88 +408,26 @@ class EngineHost(EngineBase):
             yield ContextTrimmed(rid, dropped)
         start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
         splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
-
-        started = time.perf_counter()
-        first_token_at: float | None = None
-        rates = {"thinking": _PhaseRate(), "answer": _PhaseRate()}
-        texts = ReplyTexts()
-        generated_ids: list[int] = []
-        last_metrics = 0.0
-        finish: FinishReason = "stop"
-
         ready = self.ready  # kept: a shutdown mid-reply clears self.ready
-
-        def metrics(phase: str) -> Metrics:
-            return Metrics(
-                rid, "thinking" if phase == "thinking" else "answer",
-                rates["thinking"].tokens, rates["answer"].tokens,
-                rates["thinking"].tok_s, rates["answer"].tok_s,
-                rates["thinking"].ms_per_token, rates["answer"].ms_per_token,
-                None if first_token_at is None else first_token_at - started,
-                len(prompt_ids), len(prompt_ids) + len(generated_ids), ready.max_model_len,
-                self.kv.usage, ready.kv_capacity_tokens, self.kv.running, self.kv.waiting)
-
-        def room(ids_len: int) -> int:
-            return max(1, ready.max_model_len - ids_len)
-
-        # Phase 1: one request that thinks (if on) and may go on to answer by itself.
-        # Phase 2, only if phase 1 ended inside the think block: close it and ask for the answer.
-        phases = [("think", prompt_ids)]
-        forced_close = False
+        reply = _LocalReply(
+            ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
+                        kv_capacity_tokens=ready.kv_capacity_tokens,
+                        kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling),
+            sampling, prompt_ids, budget, ignore_eos, can_conclude=thinking_on)
+        stream = reply.stream
         try:
-            while phases:
-                name, ids = phases.pop(0)
-                params = SamplingParams(
-                    temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-                    repetition_penalty=sampling.repetition_penalty, ignore_eos=ignore_eos,
-                    max_tokens=min(room(len(ids)), (budget + sampling.max_tokens) if name == "think"
-                                   else sampling.max_tokens),
-                    output_kind=RequestOutputKind.DELTA)
-                vllm_id = f"{rid}-{name}"
-                self._live[rid] = vllm_id
-                if name == "answer":
-                    rates["answer"].restart_clock(time.perf_counter())
-                stream = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
-                async with contextlib.aclosing(stream):
-                    async for output in stream:
-                        now = time.perf_counter()
-                        completion = output.outputs[0]
-                        delta_ids = list(completion.token_ids)
-                        if delta_ids and first_token_at is None:
-                            first_token_at = now
-                        generated_ids.extend(delta_ids)
-                        phase = "thinking" if (name == "think" and splitter.in_thinking) else "answer"
-                        rates[phase].add(now, len(delta_ids))
-                        part = splitter.feed(completion.text, delta_ids) if name == "think" \
-                            else Split("", completion.text)
-                        for event in texts.take(rid, part):
-                            yield event
-                        if now - last_metrics >= METRICS_INTERVAL_S:
-                            last_metrics = now
-                            yield metrics(phase)
-                        if output.finished:
-                            finish = "length" if completion.finish_reason == "length" else "stop"
-                            if completion.finish_reason == "abort":
-                                finish = "abort"
-                        if rid in self._aborted:
-                            finish = "abort"
-                            break
-                        if name == "think" and splitter.in_thinking and (
-                                rates["thinking"].tokens >= budget or rid in self._answer_now):
-                            forced_close = True
-                            break
-                if name == "think":
-                    for event in texts.take(rid, splitter.flush()):
+            async for event in self._think_phase(reply, splitter):
+                yield event
+            if reply.finish not in ("abort", "loop") and thinking_on and (reply.forced_close or splitter.in_thinking):
+                close_ids = list(self._tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
+                answer_prompt = prompt_ids + reply.generated_ids + close_ids
+                if reply.room(len(answer_prompt)) > 1:
+                    async for event in self._answer_phase(reply, answer_prompt):
                         yield event
-                    if finish != "abort" and thinking_on and (forced_close or splitter.in_thinking):
-                        close_ids = list(self._tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
-                        answer_prompt = prompt_ids + generated_ids + close_ids
-                        if room(len(answer_prompt)) > 1:
-                            phases.append(("answer", answer_prompt))
-                        else:
-                            finish = "length"
+                else:
+                    reply.finish = "length"
         except asyncio.CancelledError:
-            yield Finished(rid, "abort", texts.thinking_text, texts.answer_text, metrics("answer"))
+            yield stream.aborted()
             raise
         except Exception as exc:  # keep the partial reply: the user sees what arrived
             if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
@@ -530,9 +437,133 @@ class EngineHost(EngineBase):
                 log.exception("request %s failed", rid)
                 failure = EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
                                         f"Try again; details are in {vllm_logging.engine_log_path()}.")
-            yield EngineErrorEvent(rid, failure)
-            yield Finished(rid, "error", texts.thinking_text, texts.answer_text, metrics("answer"))
+            for event in stream.failed(failure):
+                yield event
             return
-        yield metrics("answer")
-        yield Finished(rid, finish, texts.thinking_text, texts.answer_text, metrics("answer"))
+        for event in stream.finished(reply.finish):
+            yield event
 
+    def _params(self, reply: _LocalReply, max_tokens: int) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RepetitionDetectionParams, RequestOutputKind
+
+        sampling, guard = reply.sampling, reply.sampling.loop_guard
+        extra: dict[str, Any] = {}
+        if reply.stream.resamples:  # retrying past a loop: hotter, and away from what was said
+            extra = {"temperature": max(guard.resample_temperature, sampling.temperature + 0.2),
+                     "presence_penalty": 1.0}
+        if not guard.enabled or guard.action == "warn":
+            # The detector does not act here: vLLM's own check ends an exact loop that goes on and on.
+            extra["repetition_detection"] = RepetitionDetectionParams(
+                max_pattern_size=guard.max_period_tokens, min_pattern_size=4, min_count=BACKSTOP_COPIES)
+        return SamplingParams(**{
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+            "repetition_penalty": sampling.repetition_penalty, "ignore_eos": reply.ignore_eos,
+            "max_tokens": max_tokens, "output_kind": RequestOutputKind.DELTA, **extra})
+
+    def _on_loop(self, reply: _LocalReply) -> LoopDetected:
+        """Act on the loop the stream found: cut its tokens, and say how the think phase goes on."""
+        event = reply.stream.act_on_loop(can_conclude=reply.can_conclude)
+        if event.outcome in ("concluded", "resampled"):
+            del reply.generated_ids[event.start_token:]
+            reply.forced_close = event.outcome == "concluded"
+            reply.resample = event.outcome == "resampled"
+        elif event.outcome in ("stopped", "cut"):
+            reply.finish = "loop"
+        return event
+
+    async def _think_phase(self, reply: _LocalReply, splitter: ReasoningSplitter) -> AsyncGenerator[EngineEvent, None]:
+        """Phase 1: think (if on) and maybe answer, until the model stops or the thinking is cut.
+
+        A resample after a loop is a new request that goes on from the kept thinking."""
+        rid, stream, sampling = reply.stream.request_id, reply.stream, reply.sampling
+        while True:
+            ids = reply.prompt_ids + reply.generated_ids
+            limit = reply.budget + sampling.max_tokens - len(reply.generated_ids)
+            params = self._params(reply, max(1, min(reply.room(len(ids)), limit)))
+            vllm_id = f"{rid}-think-{stream.resamples}" if stream.resamples else f"{rid}-think"
+            self._live[rid] = vllm_id
+            reply.resample = False
+            outputs = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
+            async with contextlib.aclosing(outputs):
+                async for output in outputs:
+                    completion = output.outputs[0]
+                    delta_ids = list(completion.token_ids)
+                    reply.generated_ids.extend(delta_ids)
+                    phase: Phase = "thinking" if splitter.in_thinking else "answer"
+                    for event in stream.step(phase, splitter.feed(completion.text, delta_ids), delta_ids):
+                        yield event
+                    if (metrics := stream.due_metrics()) is not None:
+                        yield metrics
+                    if output.finished:
+                        reply.finish = _finish_reason(completion)
+                    if rid in self._aborted:
+                        reply.finish = "abort"
+                        break
+                    if stream.loop is not None:
+                        yield self._on_loop(reply)
+                        if reply.finish == "loop" or reply.forced_close or reply.resample:
+                            break
+                    if splitter.in_thinking and (stream.rates["thinking"].tokens >= reply.budget
+                                                 or rid in self._answer_now):
+                        reply.forced_close = True
+                        break
+            if not reply.resample:
+                break
+        for event in stream.texts.take(rid, splitter.flush()):
+            yield event
+
+    async def _answer_phase(self, reply: _LocalReply, ids: list[int]) -> AsyncGenerator[EngineEvent, None]:
+        """Phase 2: the think block was closed for the model; everything it writes now is answer."""
+        rid, stream = reply.stream.request_id, reply.stream
+        params = self._params(reply, min(reply.room(len(ids)), reply.sampling.max_tokens))
+        vllm_id = f"{rid}-answer"
+        self._live[rid] = vllm_id
+        stream.restart_clock("answer")
+        outputs = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
+        async with contextlib.aclosing(outputs):
+            async for output in outputs:
+                completion = output.outputs[0]
+                delta_ids = list(completion.token_ids)
+                reply.generated_ids.extend(delta_ids)
+                for event in stream.step("answer", Split("", completion.text), delta_ids):
+                    yield event
+                if (metrics := stream.due_metrics()) is not None:
+                    yield metrics
+                if output.finished:
+                    reply.finish = _finish_reason(completion)
+                if rid in self._aborted:
+                    reply.finish = "abort"
+                    break
+                if stream.loop is not None:
+                    yield self._on_loop(reply)
+                    if reply.finish == "loop":
+                        break
+
+
+def _finish_reason(completion: Any) -> FinishReason:
+    if completion.finish_reason == "length":
+        return "length"
+    if completion.stop_reason == "repetition_detected":
+        return "loop"  # vLLM's backstop ended it
+    return "abort" if completion.finish_reason == "abort" else "stop"
+
+
+@dataclass
+class _LocalReply:
+    """One reply's state across its think and answer requests."""
+
+    stream: ReplyStream
+    sampling: SamplingConfig
+    prompt_ids: list[int]
+    budget: int
+    ignore_eos: bool
+    generated_ids: list[int] = field(default_factory=list)
+    finish: FinishReason = "stop"
+    forced_close: bool = False
+    can_conclude: bool = True  # an answer phase can follow the thinking
+    resample: bool = False
+
+    def room(self, ids_len: int) -> int:
+        """Tokens left in the context after a prompt of ``ids_len``."""
+        return max(1, self.stream.max_model_len - ids_len)

@@ -25,13 +25,13 @@ from app.core.model_families import model_family
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason, Metrics
-from app.engine.reasoning import RemoteReplySplitter, ReplyTexts, think_start_for_model
+from app.engine.events import EngineEvent, EngineReady, FinishReason
+from app.engine.reasoning import RemoteReplySplitter, Split, think_start_for_model
+from app.engine.stream import Phase, ReplyStream
 
 log = logging.getLogger(__name__)
 
 NO_KEY = "no-key"  # the openai client insists on a key; servers without auth ignore it
-METRICS_INTERVAL_S = 0.1
 NOT_STARTED_FIX = "Check the profile in Settings → Backends, then restart the engine."
 
 
@@ -176,32 +176,10 @@ class RemoteEngine(EngineBase):
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
                        request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
         rid = request_id or uuid.uuid4().hex[:12]
-        started = time.perf_counter()
-        first_at: float | None = None
-        counts = {"thinking": 0, "answer": 0}
-        phase_first = {"thinking": 0.0, "answer": 0.0}
-        phase_last = {"thinking": 0.0, "answer": 0.0}
-        texts = ReplyTexts()
-        splitter = RemoteReplySplitter(think_start_for_model(self.model, None, sampling.thinking))
-        usage: dict[str, int] = {}
         ready = self.ready
+        stream = ReplyStream(rid, max_model_len=ready.max_model_len if ready else 0, sampling=sampling)
+        splitter = RemoteReplySplitter(think_start_for_model(self.model, None, sampling.thinking))
         finish: FinishReason = "stop"
-        last_metrics = 0.0
-
-        def metrics(phase: str) -> Metrics:
-            def rate(name: str) -> float:  # chunks per second between a phase's first and last chunk
-                span = phase_last[name] - phase_first[name]
-                return (counts[name] - 1) / span if span > 0 else 0.0
-
-            rates = {name: rate(name) for name in counts}
-            prompt = usage.get("prompt_tokens", 0)
-            return Metrics(rid, "thinking" if phase == "thinking" else "answer", counts["thinking"], counts["answer"],
-                           rates["thinking"], rates["answer"],
-                           1000 / rates["thinking"] if rates["thinking"] else 0.0,
-                           1000 / rates["answer"] if rates["answer"] else 0.0,
-                           None if first_at is None else first_at - started, prompt,
-                           prompt + counts["thinking"] + counts["answer"], ready.max_model_len if ready else 0,
-                           0.0, 0)
 
         try:
             if self._client is None or ready is None:
@@ -214,55 +192,56 @@ class RemoteEngine(EngineBase):
             if model_family(self.model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
                 kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
             # The server may take its time before the first chunk: that wait is what the budget bounds.
-            stream: AsyncIterator[Any] = await self._until_stopped(
+            chunk_stream: AsyncIterator[Any] = await self._until_stopped(
                 self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
-            async with contextlib.aclosing(stream) as chunks:  # type: ignore[type-var]
+            async with contextlib.aclosing(chunk_stream) as chunks:  # type: ignore[type-var]
                 iterator = aiter(chunks)
                 while True:
                     try:
                         chunk = await self._until_stopped(
-                            anext(iterator), rid, self.first_token_timeout_s if first_at is None else None)
+                            anext(iterator), rid, self.first_token_timeout_s if stream.first_token_at is None else None)
                     except StopAsyncIteration:
                         break
                     if chunk.usage is not None:
-                        usage = {"prompt_tokens": chunk.usage.prompt_tokens or 0,
-                                 "completion_tokens": chunk.usage.completion_tokens or 0}
+                        stream.prompt_tokens = chunk.usage.prompt_tokens or 0
                     if not chunk.choices:
                         continue
                     choice = chunk.choices[0]
                     part = splitter.feed(choice.delta.content or "", _delta_reasoning(choice.delta))
-                    now = time.perf_counter()
-                    for name, text in (("thinking", part.thinking), ("answer", part.answer)):
+                    # Servers send about one token per chunk: a phase's chunk counts as one token.
+                    phases: tuple[tuple[Phase, str], ...] = (("thinking", part.thinking), ("answer", part.answer))
+                    for phase, text in phases:
                         if text:
-                            if first_at is None:
-                                first_at = now
-                            phase_first[name] = phase_first[name] or now
-                            phase_last[name] = now
-                            counts[name] += 1  # servers send about one token per chunk
-                    for event in texts.take(rid, part):
-                        yield event
+                            for event in stream.step(phase, Split(text, "") if phase == "thinking"
+                                                     else Split("", text), 1):
+                                yield event
                     if choice.finish_reason:
                         finish = "length" if choice.finish_reason == "length" else "stop"
-                    if first_at is not None and now - last_metrics >= METRICS_INTERVAL_S:
-                        last_metrics = now
-                        yield metrics("answer" if texts.answer else "thinking")
-            for event in texts.take(rid, splitter.flush()):
+                    if stream.loop is not None:
+                        # A server can't be told to close the think block mid-stream: a loop ends the reply.
+                        loop = stream.act_on_loop(can_conclude=False, can_resample=False)
+                        yield loop
+                        if loop.outcome != "warned":
+                            finish = "loop"
+                            break
+                    if stream.first_token_at is not None and (metrics := stream.due_metrics()) is not None:
+                        yield metrics
+            for event in stream.texts.take(rid, splitter.flush()):
                 yield event
         except _Aborted:
             finish = "abort"
         except asyncio.CancelledError:
-            yield Finished(rid, "abort", texts.thinking_text, texts.answer_text, metrics("answer"))
+            yield stream.aborted()
             raise
         except (EngineFailure, openai.OpenAIError, asyncio.TimeoutError, OSError) as exc:
             # Keep what arrived; say what went wrong and where.
             failure = self.failure_for(exc)
             if not isinstance(exc, EngineFailure):
                 log.warning("request %s to profile %s failed: %s", rid, self.profile.name, type(exc).__name__)
-            yield EngineErrorEvent(rid, failure)
-            yield Finished(rid, "error", texts.thinking_text, texts.answer_text, metrics("answer"))
+            for event in stream.failed(failure):
+                yield event
             return
         finally:
             self._stops.pop(rid, None)
-        final = metrics("answer")
-        yield final
-        yield Finished(rid, finish, texts.thinking_text, texts.answer_text, final)
+        for event in stream.finished(finish):
+            yield event

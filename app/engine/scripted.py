@@ -17,16 +17,9 @@ from dataclasses import dataclass, field
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import (
-    ContextTrimmed,
-    EngineErrorEvent,
-    EngineEvent,
-    EngineReady,
-    Finished,
-    FinishReason,
-    Metrics,
-)
-from app.engine.reasoning import ReplyTexts, ThinkStart, ThinkTagSplitter
+from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
+from app.engine.reasoning import THINK_CLOSE, ThinkStart, ThinkTagSplitter
+from app.engine.stream import KvFigures, Phase, ReplyStream
 
 
 @dataclass
@@ -101,30 +94,28 @@ class ScriptedEngineDouble(EngineBase):
             yield ContextTrimmed(rid, script.trimmed_messages)
         splitter = ThinkTagSplitter(start=script.think_start, prompt_opened_think=script.prompt_opened_think)
         interval = 1.0 / script.tokens_per_second
-        started = time.perf_counter()
-        texts = ReplyTexts()
-        counts = {"thinking": 0, "answer": 0}
         prompt_tokens = sum(len(m["content"].split()) for m in messages)
+        capacity = self.kv_capacity_tokens
 
-        def metrics() -> Metrics:
-            elapsed = max(time.perf_counter() - started, 1e-6)
-            rate = (counts["thinking"] + counts["answer"]) / elapsed
-            used = prompt_tokens + counts["thinking"] + counts["answer"]
-            return Metrics(rid, "thinking" if splitter.in_thinking else "answer", counts["thinking"],
-                           counts["answer"], rate if counts["thinking"] else 0.0, rate if counts["answer"] else 0.0,
-                           1000 / script.tokens_per_second, 1000 / script.tokens_per_second, interval,
-                           prompt_tokens, used, self.ready.max_model_len if self.ready else 0,
-                           used / self.kv_capacity_tokens, self.kv_capacity_tokens, 1, 0)
+        def kv() -> KvFigures:
+            return KvFigures(usage=(prompt_tokens + stream.generated_tokens) / capacity, running=1)
 
+        stream = ReplyStream(rid, prompt_tokens=prompt_tokens, max_model_len=self.ready.max_model_len,
+                             kv_capacity_tokens=capacity, kv=kv, sampling=sampling)
         reason: FinishReason = "stop"
         next_at = time.perf_counter()
+        skip_thinking = False  # the guard concluded: the script's remaining thinking is not played
         for index, delta in enumerate(script.deltas):
+            if skip_thinking:
+                if THINK_CLOSE not in delta:
+                    continue
+                skip_thinking, delta = False, delta[delta.index(THINK_CLOSE):]
             if rid in self._aborted:
                 reason = "abort"
                 break
             if script.fail_after is not None and index >= script.fail_after:
-                yield EngineErrorEvent(rid, script.failure)
-                yield Finished(rid, "error", texts.thinking_text, texts.answer_text, metrics())
+                for event in stream.failed(script.failure):
+                    yield event
                 return
             if rid in self._answer_now and splitter.in_thinking:
                 splitter.feed("</think>")
@@ -135,16 +126,20 @@ class ScriptedEngineDouble(EngineBase):
                 await asyncio.sleep(delay)
             elif index % 64 == 0:
                 await asyncio.sleep(0)  # a very fast script still lets abort in
-            phase = "thinking" if splitter.in_thinking else "answer"
-            counts[phase] += 1
-            for event in texts.take(rid, splitter.feed(delta)):
+            phase: Phase = "thinking" if splitter.in_thinking else "answer"
+            for event in stream.step(phase, splitter.feed(delta), 1):  # one delta stands for one token
                 yield event
+            if stream.loop is not None:
+                loop = stream.act_on_loop(can_resample=False)  # a script can't be sampled again
+                yield loop
+                if loop.outcome in ("stopped", "cut"):
+                    reason = "loop"
+                    break
+                skip_thinking = loop.outcome == "concluded"
             if index % 16 == 0:
-                yield metrics()
-        for event in texts.take(rid, splitter.flush()):
+                yield stream.metrics()
+        for event in stream.texts.take(rid, splitter.flush()):
             yield event
         self._aborted.discard(rid)
-        final = metrics()
-        yield final
-        yield Finished(rid, reason, texts.thinking_text, texts.answer_text, final)
-
+        for event in stream.finished(reason):
+            yield event

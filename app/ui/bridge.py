@@ -24,6 +24,7 @@ from app.engine.events import (
     EngineEvent,
     EngineReady,
     Finished,
+    LoopDetected,
     Metrics,
     StatusChanged,
     ThinkingDelta,
@@ -44,6 +45,7 @@ class EngineBridge(QObject):
     error = Signal(object)            # EngineErrorEvent
     finished = Signal(object)         # Finished
     backend_chosen = Signal(object)   # BackendChosen: which backend answers a request
+    loop_detected = Signal(object)    # LoopDetected: the loop guard found a loop and acted
 
     def __init__(self, engine: EngineBase, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -105,6 +107,8 @@ class EngineBridge(QObject):
                 self.error.emit(event)
             elif isinstance(event, BackendChosen):
                 self.backend_chosen.emit(event)
+            elif isinstance(event, LoopDetected):
+                self.loop_detected.emit(event)
             elif isinstance(event, ContextTrimmed):
                 self.notice.emit(f"The conversation is longer than the context: the oldest "
                                  f"{event.dropped_messages} message(s) were left out of this request.")

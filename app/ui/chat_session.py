@@ -15,9 +15,9 @@ from qasync import asyncSlot
 from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore
 from app.core.model_families import model_family, sampling_warning
-from app.core.settings import changed
+from app.core.settings import SamplingConfig, changed
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import BackendChosen, EngineErrorEvent, Finished, Metrics
+from app.engine.events import BackendChosen, EngineErrorEvent, Finished, LoopDetected, Metrics
 from app.ui.conversation_list import ConversationListModel
 from app.ui.engine_controller import EngineController
 
@@ -35,6 +35,7 @@ class ChatSession(QObject):
     answer_delta = Signal(str)
     thinking_tokens = Signal(int)
     backend_changed = Signal(str)     # which backend answers the current reply
+    loop_detected = Signal(object)    # LoopDetected in the current reply
     notice = Signal(str)
     state_changed = Signal()          # a reply started or ended
     reply_finished = Signal(object)   # Finished, after the turn is updated and saved
@@ -57,6 +58,7 @@ class ChatSession(QObject):
         bridge.answer_delta.connect(self._on_answer_delta)
         bridge.metrics_updated.connect(self._on_metrics)
         bridge.backend_chosen.connect(self._on_backend_chosen)
+        bridge.loop_detected.connect(self._on_loop_detected)
         bridge.finished.connect(self._on_finished)
 
     # ---- conversations -------------------------------------------------------------------------
@@ -140,7 +142,16 @@ class ChatSession(QObject):
         conversation.turns[-1] = Turn(user=conversation.turns[-1].user)
         await self._run_reply(conversation)
 
-    async def _run_reply(self, conversation: Conversation) -> None:
+    @asyncSlot()
+    async def continue_past_loop(self) -> None:
+        """The repetition was wanted: answer the last message again with the loop guard only warning."""
+        conversation = self.conversation
+        if self.streaming or not conversation.turns or not self.controller.engine_ready:
+            return
+        conversation.turns[-1] = Turn(user=conversation.turns[-1].user)
+        await self._run_reply(conversation, self.controller.settings.sampling.with_loop_guard(action="warn"))
+
+    async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None) -> None:
         bridge = self.controller.bridge
         request_id = uuid.uuid4().hex[:12]
         self.current_request = request_id
@@ -156,7 +167,8 @@ class ChatSession(QObject):
         self._partial_timer.start()
         self.state_changed.emit()
         try:
-            sampling = changed(self.controller.settings.sampling, thinking=conversation.thinking)
+            # This chat's Think switch, on whatever sampling this reply runs with (Continue anyway: guard warns).
+            sampling = changed(sampling or self.controller.settings.sampling, thinking=conversation.thinking)
             if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
                 self.notice.emit(warning)
             await bridge.generate(conversation.messages(), sampling, request_id)
@@ -201,12 +213,20 @@ class ChatSession(QObject):
         if event.reason:
             self.notice.emit(f"Answered by {event.backend}: {event.reason}.")
 
+    def _on_loop_detected(self, event: LoopDetected) -> None:
+        if event.request_id != self.current_request:
+            return
+        if event.outcome != "warned" and event.phase == "answer":
+            self._answer = [self.answer_text[:event.kept_char]]  # the cut answer is what a partial save keeps
+        self.loop_detected.emit(event)
+
     def _on_finished(self, finished: Finished) -> None:
         if finished.request_id != self.current_request:
             return
         self.current_request = None
         turn = self.conversation.turns[-1]
         turn.thinking, turn.answer, turn.finish_reason = finished.thinking_text, finished.answer_text, finished.reason
+        turn.loop_guard = "\n".join(loop.summary() for loop in finished.loops)
         if finished.metrics is not None:
             m = finished.metrics
             turn.thinking_tokens, turn.answer_tokens, turn.ttft_s = m.thinking_tokens, m.answer_tokens, m.ttft_s
@@ -216,6 +236,8 @@ class ChatSession(QObject):
         self.history.finish_turn(turn)
         if finished.reason == "abort":
             self.notice.emit("Stopped. The partial reply is kept.")
+        elif finished.reason == "loop":
+            self.notice.emit("The loop guard cut this reply where it began to repeat itself.")
         self.state_changed.emit()
         self.reply_finished.emit(finished)
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import collections
 import os
+from typing import Any
 
 import psutil
 from PySide6.QtCore import QPointF, QTimer
 from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QProgressBar, QWidget
 
+from app.core.saturation import headroom_text, load_latest_profile
 from app.engine.events import EngineReady, Metrics
 
 MEMORY_POLL_MS = 1000
@@ -116,6 +118,9 @@ class GaugeBar(QFrame):
 
         self.kv_usage = 0.0
         self.kv_capacity_tokens = 0
+        self.kv_cache_dtype: str | None = None
+        self.saturation_profile = load_latest_profile()
+        self._show_headroom()
         self.tok_s = 0.0
         self._poll = QTimer(self)
         self._poll.setInterval(MEMORY_POLL_MS)
@@ -130,7 +135,22 @@ class GaugeBar(QFrame):
         self.memory_bar.setValue(used // (1 << 20))
         self.memory_bar.setFormat(f"{used / GIB:.1f} / {total / GIB:.0f} GiB")
 
+    def set_saturation_profile(self, report: dict[str, Any] | None) -> None:
+        """A saturation sweep finished: the KV gauge's tooltip shows its headroom from now on."""
+        self.saturation_profile = report
+        self._show_headroom()
+
+    def _show_headroom(self) -> None:
+        if self.saturation_profile is None:
+            text = "No saturation profile yet: Engine → Measure FP8… → Saturation measures how many chats fit."
+        else:
+            text = headroom_text(self.saturation_profile, self.kv_cache_dtype or "auto")
+        self.kv_bar.setToolTip(text)
+        self.kv_label.setToolTip(text)
+
     def set_engine(self, ready: EngineReady | None) -> None:
+        self.kv_cache_dtype = None if ready is None else ready.kv_cache_dtype
+        self._show_headroom()
         if ready is None:
             self.kv_label.setText("KV cache")
             self.kv_bar.setFormat("engine not running")

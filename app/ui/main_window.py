@@ -35,7 +35,7 @@ from app.core.model_families import model_family
 from app.core.settings import EngineConfig, Settings
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineReady, Finished, StatusChanged
+from app.engine.events import EngineReady, Finished, LoopDetected, StatusChanged
 from app.ui.chat_session import ChatSession
 from app.ui.chat_view import ChatView
 from app.ui.conversation_list import ConversationList
@@ -179,6 +179,8 @@ class MainWindow(QMainWindow):
         session.answer_delta.connect(self.answer_pane.append)
         session.thinking_tokens.connect(self.thinking_pane.set_tokens)
         session.backend_changed.connect(self.chat_view.set_backend)
+        session.loop_detected.connect(self.on_loop_detected)
+        self.thinking_pane.continue_anyway.connect(session.continue_past_loop)
         session.notice.connect(self.show_notice)
         session.state_changed.connect(self.refresh_state)
         session.reply_finished.connect(self.on_reply_finished)
@@ -318,6 +320,13 @@ class MainWindow(QMainWindow):
         self.notice_label.hide()
         self.banner.hide()
         self.chat_view.start_reply(conversation)
+
+    def on_loop_detected(self, event: LoopDetected) -> None:
+        cut = event.outcome != "warned"
+        self.thinking_pane.show_loop(event.summary(), event.start_char if cut and event.phase == "thinking"
+                                     else None, event.copies)
+        if cut and event.phase == "answer":
+            self.answer_pane.keep(event.kept_char)
 
     def on_reply_finished(self, finished: Finished) -> None:
         self.chat_view.finish_reply()

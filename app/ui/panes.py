@@ -30,6 +30,7 @@ class ThinkingPane(QFrame):
     """The model's thinking trace, streamed as plain text; shows tokens and seconds."""
 
     fold_changed = Signal(bool)
+    continue_anyway = Signal()  # the user wants the reply without the loop guard's cut
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -49,18 +50,30 @@ class ThinkingPane(QFrame):
         mono = QFont("monospace")
         mono.setStyleHint(QFont.StyleHint.Monospace)
         self.view.setFont(mono)
+        self.loop_note = QLabel()
+        self.loop_note.setObjectName("LoopNote")
+        self.loop_note.setWordWrap(True)
+        self.loop_note.setStyleSheet("color: #8a5300;")
+        self.continue_button = QPushButton("Continue anyway")
+        self.continue_button.setToolTip("Answer again with the loop guard only warning")
+        self.continue_button.clicked.connect(self.continue_anyway)
         top = QHBoxLayout()
         top.addWidget(self.header, 1)
         top.addWidget(self.toggle)
+        loop_row = QHBoxLayout()
+        loop_row.addWidget(self.loop_note, 1)
+        loop_row.addWidget(self.continue_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addLayout(top)
+        layout.addLayout(loop_row)
         layout.addWidget(self.view, 1)
         self._text: list[str] = []
         self._block_len = 0
         self._started: float | None = None
         self._ended: float | None = None
         self.tokens = 0
+        self.show_loop(None)
 
     def clear(self) -> None:
         self._text.clear()
@@ -68,6 +81,7 @@ class ThinkingPane(QFrame):
         self.view.clear()
         self._started = self._ended = None
         self.tokens = 0
+        self.show_loop(None)
         self.set_folded(False)
         self._update_header()
 
@@ -97,6 +111,25 @@ class ThinkingPane(QFrame):
 
     def text(self) -> str:
         return "".join(self._text)
+
+    def show_loop(self, summary: str | None, collapse_from: int | None = None, copies: int = 0) -> None:
+        """The loop guard's notice (None hides it). ``collapse_from``: the trace from there was the
+        repeated span; it is replaced by one line saying so, and new text goes on after it."""
+        self.loop_note.setText(summary or "")
+        self.loop_note.setVisible(bool(summary))
+        self.continue_button.setVisible(bool(summary))
+        if collapse_from is None:
+            return
+        kept = self.text()[:collapse_from]
+        self._text[:] = [kept] if kept else []
+        self.view.setPlainText(kept)
+        cursor = self.view.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertBlock()
+        cursor.insertText(f"⟲ [a passage repeated ×{copies}: collapsed by the loop guard]")
+        cursor.insertBlock()
+        self._block_len = 0
+        self.view.setTextCursor(cursor)
 
     def set_tokens(self, tokens: int) -> None:
         self.tokens = tokens
@@ -169,6 +202,14 @@ class AnswerPane(QFrame):
         self._dirty = True
         if not self._render_timer.isActive():
             self._render_timer.start()
+
+    def keep(self, chars: int) -> None:
+        """Keep only the first ``chars`` of the answer (the loop guard cut the rest)."""
+        kept = self.text()[:chars]
+        self.clear()
+        if kept:
+            self.append(kept)
+        self.render_markdown()
 
     def text(self) -> str:
         if len(self._text) > 1:

@@ -39,12 +39,20 @@ from app.core.embedded_model import embedded_model_dir
 from app.core.keystore import KeyStore
 from app.core.model_folder import folder_problem, looks_local
 from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder
-from app.core.settings import EngineConfig, SamplingConfig, Settings
+from app.core.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Settings
 from app.engine import capability
 from app.engine.capability import HardwareProbe
 from app.ui.backends_panel import ApiServerPanel, BackendsPanel
 
-SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (("engine", EngineConfig), ("sampling", SamplingConfig))
+SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("engine", EngineConfig), ("sampling", SamplingConfig), ("loop_guard", LoopGuardConfig))
+TITLES = {"engine": ("Engine (restarts the engine)", "Model && engine"), "sampling": ("Sampling", "Sampling"),
+          "loop_guard": ("When a reply loops", "Loop guard")}
+
+
+def _section_value(settings: Settings, section: str) -> BaseModel:
+    """The loop guard travels with each request, inside the sampling settings."""
+    return settings.sampling.loop_guard if section == "loop_guard" else getattr(settings, section)
 LABELS = {"max_model_len": "Context length (tokens)", "kv_cache_dtype": "KV cache dtype",
           "gpu_memory_utilization": "GPU memory utilization", "cpu_kv_cache_gib": "CPU KV cache (GiB)",
           "enable_prefix_caching": "Prefix caching", "enforce_eager": "Eager mode (no graphs)",
@@ -102,10 +110,12 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.tabs)
         pages: dict[str, QVBoxLayout] = {}
         for section, schema in SECTIONS:
-            box = QGroupBox("Engine (restarts the engine)" if section == "engine" else "Sampling")
+            box = QGroupBox(TITLES[section][0])
             form = QFormLayout(box)
             for name, field in schema.model_fields.items():
-                editor = self._editor_for(section, name, field, getattr(getattr(settings, section), name))
+                if name == "loop_guard":
+                    continue  # its own tab
+                editor = self._editor_for(section, name, field, getattr(_section_value(settings, section), name))
                 editor.setToolTip(field.description or "")
                 error = QLabel()
                 error.setStyleSheet("color: #b00020;")
@@ -120,7 +130,7 @@ class SettingsDialog(QDialog):
             page = QWidget()
             pages[section] = QVBoxLayout(page)
             pages[section].addWidget(box)
-            self.tabs.addTab(page, "Model && engine" if section == "engine" else "Sampling")
+            self.tabs.addTab(page, TITLES[section][1])
         self.keys = keys or KeyStore()
         self.backends_panel = BackendsPanel(settings.backends, self.keys)
         self.api_server_panel = ApiServerPanel(settings.api_server, self.keys)
@@ -137,6 +147,7 @@ class SettingsDialog(QDialog):
         engine_page.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
         engine_page.addWidget(self.planner_view)
         pages["sampling"].addStretch(1)
+        pages["loop_guard"].addStretch(1)
         layout.addWidget(self.form_error)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
                                         | QDialogButtonBox.StandardButton.Cancel)
@@ -302,7 +313,8 @@ class SettingsDialog(QDialog):
             else:
                 problems.append(f"Backends: {exc}")
         try:
-            candidate = Settings(engine=EngineConfig(**raw["engine"]), sampling=SamplingConfig(**raw["sampling"]),
+            candidate = Settings(engine=EngineConfig(**raw["engine"]),
+                                 sampling=SamplingConfig(**raw["sampling"], loop_guard=raw["loop_guard"]),
                                  backends=backends or self.original.backends,
                                  api_server=self.api_server_panel.value())
         except ValidationError as exc:
@@ -310,7 +322,10 @@ class SettingsDialog(QDialog):
             for error in exc.errors():
                 loc = tuple(str(p) for p in error["loc"])
                 field = loc[0] if loc else ""
-                section = "engine" if field in EngineConfig.model_fields else "sampling"
+                if field == "loop_guard" and len(loc) > 1:
+                    field, section = loc[1], "loop_guard"
+                else:
+                    section = "engine" if field in EngineConfig.model_fields else "sampling"
                 self._field_error(section, field, error["msg"])
                 problems.append(f"{_label(field)}: {error['msg']}")
         model = raw["engine"]["model"]

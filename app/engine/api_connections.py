@@ -1,0 +1,147 @@
+"""Connections to the local API server: how many, for how long, and what the log says about them.
+
+aiohttp's own defaults suit a server behind a proxy: an hour of keep-alive, no limit on connections,
+no deadline for the request's headers, and a traceback at ERROR (with the first bytes of an
+oversized header line, the token included) for every malformed request. Here any local process can
+connect, so each connection gets a deadline for its first headers, the number open is capped, and
+refusals are logged once per client and kind, without anything the client sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from app.engine.api_protocol import ApiError
+
+log = logging.getLogger("app.engine.api_server")
+
+KEEPALIVE_S = 75.0  # as nginx; the openai client's pool keeps idle connections for 5 s
+HEADER_READ_S = 10.0  # a new connection must have sent its first request's headers by then
+BODY_READ_S = 30.0  # and a request its whole body, once its headers are in
+MAX_CONNECTIONS = 128  # well under a default 1,024-descriptor limit; 50 streams at once fit
+HEADER_END = b"\r\n\r\n"
+NO_RETRY = {"x-should-retry": "false"}  # the openai client obeys it: an error is raised, not retried
+
+
+def error_response(error: ApiError, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(error.payload(), status=error.status, headers={**NO_RETRY, **(headers or {})})
+
+
+class QuietLog:
+    """Logs each kind of refusal once per client address; the rest are only counted."""
+
+    MAX_REMEMBERED = 1_000
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def once(self, peer: str | None, what: str) -> None:
+        key = (peer or "?", what)
+        if key not in self.counts and len(self.counts) < self.MAX_REMEMBERED:
+            log.warning("local API server: %s from %s (further ones from there are not logged)", what, key[0])
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+
+class ConnectionGuard:
+    """A server's limits on connections, how many are open, and its quiet log."""
+
+    def __init__(self, *, max_connections: int = MAX_CONNECTIONS, header_read_s: float = HEADER_READ_S,
+                 body_read_s: float = BODY_READ_S, keepalive_s: float = KEEPALIVE_S) -> None:
+        self.max_connections = max_connections
+        self.header_read_s = header_read_s
+        self.body_read_s = body_read_s
+        self.keepalive_s = keepalive_s
+        self.open = 0
+        self.quiet = QuietLog()
+
+
+def _canned(error: ApiError) -> bytes:
+    body = json.dumps(error.payload()).encode()
+    head = (f"HTTP/1.1 {error.status} Service Unavailable\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\nx-should-retry: false\r\n\r\n")
+    return head.encode() + body
+
+
+class GuardedRequestHandler(web.RequestHandler):
+    """aiohttp's connection handler with a cap, a header deadline, and errors in OpenAI's shape."""
+
+    def __init__(self, manager: web.Server, *, guard: ConnectionGuard, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._guard = guard
+        self._admitted = False
+        self._header_deadline: asyncio.TimerHandle | None = None
+        self._seen_tail = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        guard = self._guard
+        peer = _peer(transport)
+        if guard.open >= guard.max_connections:
+            guard.quiet.once(peer, "refused a connection over the cap")
+            transport.write(_canned(ApiError(  # type: ignore[attr-defined]
+                503, f"The local API server has {guard.max_connections} connections open, its most. Close idle "
+                     "ones, or retry shortly.", kind="server_error", code="too_many_connections")))
+            transport.close()
+            return
+        guard.open += 1
+        self._admitted = True
+        self._header_deadline = asyncio.get_running_loop().call_later(guard.header_read_s, self._headers_late, peer)
+        super().connection_made(transport)
+
+    def _headers_late(self, peer: str | None) -> None:
+        self._header_deadline = None
+        self._guard.quiet.once(peer, f"closed a connection that sent no request within {self._guard.header_read_s:g} s")
+        self.force_close()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._admitted:
+            return
+        if self._header_deadline is not None:
+            seen = self._seen_tail + data
+            if HEADER_END in seen:
+                self._header_deadline.cancel()
+                self._header_deadline = None
+            self._seen_tail = seen[-3:]
+        super().data_received(data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if not self._admitted:
+            return  # refused in connection_made: aiohttp never saw it
+        self._admitted = False
+        self._guard.open -= 1
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+        super().connection_lost(exc)
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        """A request aiohttp could not parse (or a handler's escaped error): JSON, and no client bytes logged."""
+        kind = type(exc).__name__ if exc is not None else f"HTTP {status}"
+        self._guard.quiet.once(request.remote, f"refused a malformed request ({kind})")
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response had begun; the connection is closed instead")
+        if status >= 500:
+            error = ApiError(status, "The local API server failed on this request.", kind="server_error",
+                             code="internal_error")
+        else:
+            error = ApiError(status, f"The HTTP request is malformed ({kind}): check its request line and "
+                                     "headers (each under 8 KB).", code="malformed_request")
+        response = error_response(error)
+        response.force_close()
+        return response
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """aiohttp's other error reports: one line per kind, without the exception's text."""
+        exc = kwargs.get("exc_info")
+        what = str(args[0]).split(" from ")[0] if args else "error"
+        self._guard.quiet.once(None, f"{what} ({type(exc).__name__ if exc else 'no detail'})")
+
+
+def _peer(transport: asyncio.BaseTransport) -> str | None:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if peer else None

@@ -1,0 +1,184 @@
+"""What the local API accepts and how it refuses, in OpenAI's terms.
+
+Requests are checked by one pydantic model, so a new field is one line there, and a bad value comes
+back as a 400 that names it. Every refusal, from a bad field to a failed engine, is an ``ApiError``
+and goes out in OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
+
+from app.core.conversation import Message
+from app.core.settings import SamplingConfig
+from app.engine.errors import EngineFailure, FailureKind
+
+MAX_MESSAGES = 4_096  # more is never needed: the context holds a few hundred turns at most
+MAX_TOTAL_CHARS = 1_000_000
+MAX_TOKENS = 131_072  # SamplingConfig's own bound
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+INVALID_REQUEST = "invalid_request_error"
+SERVER_ERROR = "server_error"
+
+
+class ApiError(Exception):
+    """A refusal with its HTTP status, in OpenAI's terms: ``param`` names the field, ``code`` says why."""
+
+    def __init__(self, status: int, message: str, *, kind: str = INVALID_REQUEST, param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.param = param
+        self.code = code
+
+    def payload(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def _text(value: Any) -> str:
+    """Message content as one string: OpenAI allows a string, null, or a list of parts (text parts are kept)."""
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        if not all(isinstance(part, dict) for part in value):
+            raise ValueError("content parts must be objects such as {\"type\": \"text\", \"text\": \"…\"}")
+        texts = [part.get("text") for part in value if part.get("type", "text") == "text"]
+        if not all(isinstance(text, str) for text in texts):
+            raise ValueError("a text part needs a string 'text'")
+        value = "".join(texts)  # type: ignore[arg-type]
+    if not isinstance(value, str):
+        raise ValueError("content must be a string or a list of content parts")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"character {exc.start} is a lone surrogate; send valid UTF-8 or paired \\u escapes") from None
+    return value
+
+
+FiniteFloat = Annotated[float, AllowInfNan(False)]
+Count = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "user", "assistant"]
+    content: Annotated[str, BeforeValidator(_text)] = ""
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: StrictBool = False
+
+
+class ChatTemplateKwargs(BaseModel):
+    """vLLM's server takes the Think switch here; other template keywords are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    enable_thinking: StrictBool | None = None
+
+
+class ChatRequest(BaseModel):
+    """The fields of /v1/chat/completions that Nalar uses; others that clients send are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    messages: list[ChatMessage]
+    model: str | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    temperature: FiniteFloat | None = Field(None, ge=0.0, le=2.0)
+    top_p: FiniteFloat | None = Field(None, gt=0.0, le=1.0)
+    max_tokens: Count | None = None
+    max_completion_tokens: Count | None = None
+    chat_template_kwargs: ChatTemplateKwargs | None = None
+
+    def chat_messages(self) -> list[Message]:
+        return [{"role": m.role, "content": m.content} for m in self.messages]
+
+    def sampling(self, defaults: SamplingConfig) -> SamplingConfig:
+        update: dict[str, Any] = {}
+        if self.temperature is not None:
+            update["temperature"] = self.temperature
+        if self.top_p is not None:
+            update["top_p"] = self.top_p
+        if self.chat_template_kwargs is not None and self.chat_template_kwargs.enable_thinking is not None:
+            update["thinking"] = self.chat_template_kwargs.enable_thinking  # the Think switch, per request
+        limit = self.max_completion_tokens or self.max_tokens
+        if limit is not None:
+            # Their limit covers thinking and answer together: split it the way our budget does.
+            think = min(defaults.think_budget, limit // 2)
+            update["think_budget"], update["max_tokens"] = think, max(1, limit - think)
+        return SamplingConfig.model_validate({**defaults.model_dump(), **update})
+
+
+def parse_json(raw: bytes, charset: str | None) -> Any:
+    if charset and charset.lower() not in ("utf-8", "utf8"):
+        raise ApiError(400, f"The body's charset {charset[:40]!r} is not supported: send the JSON as UTF-8.",
+                       code="unsupported_charset")
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ApiError(400, "The JSON body is nested too deeply.", code="invalid_json") from None
+    except ValueError as exc:  # JSONDecodeError, and UnicodeDecodeError for bytes that are not UTF-8
+        raise ApiError(400, f"The body is not valid JSON: {str(exc)[:200]}.", code="invalid_json") from None
+
+
+def parse_chat_request(body: Any) -> ChatRequest:
+    if not isinstance(body, dict):
+        raise ApiError(400, "The body must be a JSON object.", code="invalid_json")
+    try:
+        request = ChatRequest.model_validate(body)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+    if not request.messages:
+        raise ApiError(400, "'messages' must be a non-empty list.", param="messages", code="invalid_value")
+    if len(request.messages) > MAX_MESSAGES:
+        raise ApiError(400, f"'messages' has {len(request.messages):,} messages; this server takes at most "
+                            f"{MAX_MESSAGES:,}. Send the recent ones (older turns would not fit the context).",
+                       param="messages", code="too_many_messages")
+    total = sum(len(m.content) for m in request.messages)
+    if total > MAX_TOTAL_CHARS:
+        raise ApiError(400, f"'messages' holds {total:,} characters; this server takes at most "
+                            f"{MAX_TOTAL_CHARS:,}. Send the recent turns only.",
+                       param="messages", code="messages_too_long")
+    return request
+
+
+def _validation_error(exc: ValidationError) -> ApiError:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    param = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]).lstrip(".")
+    kind = first["type"]
+    if kind == "missing":
+        return ApiError(400, f"Missing required parameter: '{param}'.", param=param,
+                        code="missing_required_parameter")
+    message = first["msg"].removeprefix("Value error, ")
+    code = "invalid_type" if kind.endswith(("_type", "_parsing")) or kind == "literal_error" else "invalid_value"
+    return ApiError(400, f"Invalid '{param}': {message}.", param=param or None, code=code)
+
+
+def engine_error(failure: EngineFailure) -> ApiError:
+    """An engine failure as the client should see it: its own fault (400) or ours (5xx)."""
+    message = f"{failure.message} {failure.fix}"
+    if failure.kind is FailureKind.PROMPT_TOO_LONG:
+        return ApiError(400, message, param="messages", code="context_length_exceeded")
+    if failure.kind is FailureKind.BAD_MESSAGES:
+        return ApiError(400, message, param="messages", code="invalid_value")
+    if failure.kind in (FailureKind.NOT_READY, FailureKind.ENGINE_DIED):
+        return ApiError(503, message, kind=SERVER_ERROR, code="engine_unavailable")
+    return ApiError(500, message, kind=SERVER_ERROR, code="engine_error")
+
+
+def public_model_id(model: str) -> str:
+    """The model's name as clients see it: a local folder's name, never its path (it shows the home dir)."""
+    path = Path(model)
+    return path.name if path.is_absolute() or model.startswith((".", "~")) else model

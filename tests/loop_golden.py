@@ -1,0 +1,180 @@
+"""The loop guard's golden streams: load them, label them, replay them through the app's accounting.
+
+Labels come from the whole stream, after the fact, by looser rules than the detector's (any exact
+tail repeat of 3+ copies; or a tail chain of 4+ sentences each Jaccard >= 0.6 with one of the next
+six). A stream whose label says it loops is a positive; every other stream is a negative.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.core.settings import LoopGuardConfig, SamplingConfig
+from app.engine.loop_guard import _BOUNDARY, jaccard, trigrams
+from app.engine.reasoning import ThinkTagSplitter
+from app.engine.stream import Phase, ReplyStream
+
+DATA = Path(__file__).parent / "data" / "loops"
+
+
+def load(name: str) -> list[dict[str, Any]]:
+    with gzip.open(DATA / name, "rt", encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One stream through ReplyStream: each phase's token ids and text, and where the guard fired."""
+
+    tokens: dict[str, list[int]]
+    text: dict[str, str]
+    detected_phase: str | None = None
+    detected_token: int = 0
+    detected_start: int = 0
+    detected_period: int = 0
+    kind: str = ""
+
+
+def replay(stream: dict[str, Any], guard: LoopGuardConfig | None = None) -> Replay:
+    """Feed the recorded deltas as EngineHost's think phase does; stop at the first loop found."""
+    sampling = SamplingConfig(loop_guard=(guard or LoopGuardConfig()).model_dump())
+    reply = ReplyStream("golden", sampling=sampling)
+    splitter = ThinkTagSplitter(prompt_opened_think=stream["mode"] == "think")
+    tokens: dict[str, list[int]] = {"thinking": [], "answer": []}
+    for ids, text in zip(stream["ids"], stream["texts"], strict=True):
+        phase: Phase = "thinking" if splitter.in_thinking else "answer"
+        tokens[phase].extend(ids)
+        reply.step(phase, splitter.feed(text, ids), ids)
+        if reply.loop is not None:
+            found_phase, loop = reply.loop
+            return Replay(tokens, {"thinking": reply.texts.thinking_text, "answer": reply.texts.answer_text},
+                          found_phase, len(tokens[found_phase]), loop.start_token, loop.period, loop.kind)
+    return Replay(tokens, {"thinking": reply.texts.thinking_text, "answer": reply.texts.answer_text})
+
+
+@dataclass(frozen=True)
+class Label:
+    phase: str
+    start_token: int
+    period: int
+    kind: str
+
+
+def _exact_label(ids: list[int]) -> tuple[int, int] | None:
+    n = len(ids)
+    for period in range(1, min(512, n // 3) + 1):
+        i = n - 1
+        while i - period >= 0 and ids[i] == ids[i - period]:
+            i -= 1
+        span = n - 1 - i + period
+        if span >= 3 * period and span >= 24 and (period >= 4 or span >= 16 * period):
+            return n - span, period
+    return None
+
+
+def _drift_label(text: str, ids_count: int, char_to_token: list[int]) -> tuple[int, int] | None:
+    segments: list[tuple[int, frozenset[Any]]] = []
+    start = 0
+    for match in _BOUNDARY.finditer(text):
+        piece = text[start:match.end()]
+        grams = trigrams(piece) if len(piece.strip()) >= 20 else None
+        if grams:
+            segments.append((start, grams))
+        start = match.end()
+    chain = 0
+    first = None
+    for index in range(len(segments) - 1, -1, -1):
+        later = segments[index + 1:index + 7]
+        if later and any(jaccard(segments[index][1], other) >= 0.6 for _, other in later):
+            chain += 1
+            first = index
+        elif index < len(segments) - 7:  # the chain from the tail is broken
+            break
+    if first is None or chain < 4:
+        return None
+    start_char = segments[first][0]
+    start_token = char_to_token[min(start_char, len(char_to_token) - 1)] if char_to_token else 0
+    period = max(1, (ids_count - start_token) // max(1, chain))
+    return start_token, period
+
+
+def label(stream: dict[str, Any]) -> Label | None:
+    """Does the stream end in a loop, and where did it begin (phase-relative token index)?"""
+    splitter = ThinkTagSplitter(prompt_opened_think=stream["mode"] == "think")
+    reply = ReplyStream("label")
+    phase_ids: dict[str, list[int]] = {"thinking": [], "answer": []}
+    char_to_token: dict[str, list[int]] = {"thinking": [], "answer": []}
+    last: Phase = "thinking"
+    for ids, text in zip(stream["ids"], stream["texts"], strict=True):
+        phase: Phase = "thinking" if splitter.in_thinking else "answer"
+        before = len(reply.texts.thinking_text if phase == "thinking" else reply.texts.answer_text)
+        reply.step(phase, splitter.feed(text, ids), ids)
+        after = len(reply.texts.thinking_text if phase == "thinking" else reply.texts.answer_text)
+        char_to_token[phase].extend([len(phase_ids[phase])] * (after - before))
+        phase_ids[phase].extend(ids)
+        if ids:
+            last = phase
+    ids = phase_ids[last]
+    text = reply.texts.thinking_text if last == "thinking" else reply.texts.answer_text
+    found = []
+    if (exact := _exact_label(ids)) is not None:
+        found.append(Label(last, exact[0], exact[1], "exact"))
+    if (drift := _drift_label(text, len(ids), char_to_token[last])) is not None:
+        found.append(Label(last, drift[0], drift[1], "drift"))
+    return min(found, key=lambda lab: lab.start_token) if found else None
+
+
+def main() -> int:
+    """Print the figures docs/BENCHMARKS.md quotes."""
+    import statistics
+    import time
+
+    streams = [stream for name in ("greedy_candidates.jsonl.gz", "sampled_t06.jsonl.gz") if (DATA / name).exists()
+               for stream in load(name)]
+    caught, delays, late, missed, flagged = 0, [], [], [], []
+    positives = negatives = tokens = 0
+    started = time.perf_counter()
+    for stream in streams:
+        lab = label(stream)
+        result = replay(stream)
+        tokens += sum(len(ids) for ids in stream["ids"])
+        where = f"{stream['mode']}/{stream['temperature']}: {stream['prompt'][:50]}"
+        if lab is None:
+            negatives += 1
+            if result.detected_phase is not None:
+                flagged.append(where)
+            continue
+        positives += 1
+        if result.detected_phase != lab.phase:
+            missed.append(f"{where} ({lab})")
+            continue
+        caught += 1
+        start = max(lab.start_token, LoopGuardConfig().start_after_tokens if lab.phase == "thinking" else 0)
+        delay = result.detected_token - start
+        delays.append(delay)
+        if delay > max(3 * lab.period, 512):
+            late.append(f"{where}: {delay} tokens ({lab})")
+    elapsed = time.perf_counter() - started
+    kinds = {}
+    for stream in streams:
+        lab = label(stream)
+        if lab is not None:
+            kinds[(lab.kind, lab.phase, stream["temperature"])] = kinds.get((lab.kind, lab.phase,
+                                                                              stream["temperature"]), 0) + 1
+    print(f"streams {len(streams)}, tokens {tokens:,}, replay {elapsed:.1f} s")
+    print(f"positives {positives} ({kinds}), caught {caught}, late {len(late)}, missed {len(missed)}")
+    if delays:
+        print(f"delay after the loop began (or token 256): median {statistics.median(delays):.0f}, "
+              f"max {max(delays)} tokens")
+    print(f"negatives {negatives}, flagged {len(flagged)}")
+    for line in late + missed + flagged:
+        print("  ", line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
