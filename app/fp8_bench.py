@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from app.core import paths
 from app.core.job_lines import JobLineWriter
 from app.core.kv_quality import REASONING_PROMPTS  # the same prompts the quality check scores
-from app.core.settings import EngineConfig, load_settings
+from app.core.settings import EngineConfig, changed, load_settings
 
 # Neutral prose that fills a prompt up to a context depth; the reasoning prompt goes last.
 FILLER = ("The archive kept records of every harvest in the valley: the rainfall of each spring, the days "
@@ -297,7 +297,7 @@ def run_fp8_bench(config: EngineConfig, *, depths: Sequence[int] = DEFAULT_DEPTH
     probe = probe or capability.probe_hardware()
     model = config.model or str(ensure_embedded_model())
     model_dir = check_model_path(model)
-    config = config.model_copy(update={"model": model, "enable_prefix_caching": False})
+    config = changed(config, model=model, enable_prefix_caching=False)
     kept, capped = plan_depths(depths, config.max_model_len, tokens)
     reasons = {d: capability.kv_dtype_unsupported_reason(d, probe) for d in kv_dtypes}
     runnable = [d for d in kv_dtypes if reasons[d] is None]
@@ -310,7 +310,7 @@ def run_fp8_bench(config: EngineConfig, *, depths: Sequence[int] = DEFAULT_DEPTH
         if reasons[dtype]:
             runs.append({"kv_cache_dtype": dtype, "supported": False, "reason": reasons[dtype], "depths": []})
             continue
-        dtype_config = EngineConfig.model_validate({**config.model_dump(), "kv_cache_dtype": dtype})
+        dtype_config = changed(config, kv_cache_dtype=dtype)
         try:
             runs.append(measure_dtype(dtype_config, kept, tokens, progress, footprint, band["gb_s"]))
         except EngineFailure as failure:  # e.g. auto runs out of memory where fp8 fits: keep the other rows
@@ -384,7 +384,7 @@ def run_fp8_bench_command(*, depths: Sequence[int], tokens: int, kv_dtypes: Sequ
                 update["model"] = model
             if max_model_len is not None:
                 update["max_model_len"] = max_model_len
-            config = EngineConfig.model_validate({**settings.engine.model_dump(), **update})
+            config = changed(settings.engine, **update)
             for dtype in kv_dtypes:
                 EngineConfig(kv_cache_dtype=dtype)  # type: ignore[arg-type]
         except ValidationError as exc:

@@ -29,6 +29,7 @@ from app.core.kv_quality import (
     format_report,
     run_quality_check,
 )
+from app.core.model_folder import folder_problem
 
 
 class ModelFolderError(ValueError):
@@ -57,8 +58,9 @@ def resolve_model_folder(model: str | None) -> tuple[Path, bool]:
         else:
             raise ModelFolderError(f"{name} is a Hugging Face id, and it has not been downloaded.",
                                    f"Download it first: nalar download {name}")
-    if not (folder / "config.json").is_file():
-        raise ModelFolderError(f"{folder} is not a model folder (no config.json there).",
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise ModelFolderError(problem.message,
                                "Pass --model with a Hugging Face model folder, or choose one in Settings.")
     # trust_remote_code is per model: it holds only for the configured one.
     return folder, trust and model is None

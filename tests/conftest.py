@@ -145,10 +145,10 @@ def make_window(qtbot: object, ui_loop: object) -> Iterator[object]:
     windows: list[MainWindow] = []
 
     def factory(engine: object = None, settings: Settings | None = None, notice: str | None = None,
-                start: bool = True) -> MainWindow:
+                start: bool = True, keys: object = None) -> MainWindow:
         settings = settings or Settings(engine=EngineConfig(max_model_len=2048),
                                         sampling=SamplingConfig(think_budget=64, max_tokens=64))
-        window = MainWindow(engine or ScriptedEngineDouble(), settings, notice)
+        window = MainWindow(engine or ScriptedEngineDouble(), settings, notice, keys=keys)
         windows.append(window)
         window.show()
         qtbot.waitExposed(window)

@@ -163,7 +163,7 @@ def test_the_api_server_from_settings_answers_with_its_token_and_shows_url_and_t
     engine = ScriptedEngineDouble([Script(["<think>scripted thought</think>", "scripted answer"])])
     window = make_window(engine)
     qtbot.waitUntil(window.send_button.isEnabled, timeout=10_000)
-    assert window.api_server is None, "off by default"
+    assert window.controller.api_server is None, "off by default"
     port = free_port()
     dialog = window.open_settings()
     panel = dialog.api_server_panel
@@ -175,7 +175,7 @@ def test_the_api_server_from_settings_answers_with_its_token_and_shows_url_and_t
     panel.copy_button.click()
     assert QGuiApplication.clipboard().text() == token
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
-    qtbot.waitUntil(lambda: window.api_server is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: window.controller.api_server is not None, timeout=10_000)
     assert window.api_label.text() == f"API: http://127.0.0.1:{port}/v1"
     assert load_settings()[0].api_server == ApiServerConfig(enabled=True, port=port)
 
@@ -284,9 +284,7 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     keys = KeyStore()
     keys.set(profile_entry("gpu-box"), "sk-old")
     settings = Settings(backends=BackendsConfig(profiles=(profile,), active="gpu-box"))
-    window = make_window(build_engine(settings.backends, keys), settings, start=False)
-    window.keys = keys
-    window._engine_keys = keys.profile_changes
+    window = make_window(build_engine(settings.backends, keys), settings, start=False, keys=keys)
     assert window.bridge.engine._api_key == "sk-old"
 
     dialog = window.open_settings()

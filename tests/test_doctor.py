@@ -33,5 +33,5 @@ def test_missing_model_is_named_with_its_fix_and_exits_nonzero(tmp_path) -> None
     save_settings(Settings(engine=EngineConfig(model=str(missing))))
     result = doctor()
     assert result.returncode == 1
-    assert f"{missing} has no config.json. Fix: choose a model folder in Settings." in result.stdout
+    assert f"{missing} has no config.json, so it is not a model folder. Fix: Choose the folder" in result.stdout
     assert "KV cache dtypes:" in result.stdout

@@ -39,7 +39,7 @@ def test_bad_model_path_is_named_and_the_app_stays_usable(qtbot, make_window, tm
             "broken config": "is broken"}[kind] in window.banner.text()
     assert not window.send_button.isEnabled()
     window.conversation_list.new_button.click()  # still usable
-    assert window.conversation_list.list.count() == 2
+    assert window.conversation_list.count() == 2
     dialog = window.open_settings()
     assert "not a model folder" in dialog.errors[("engine", "model")].text() or kind == "broken config"
     dialog.reject()

@@ -35,7 +35,7 @@ def test_a_greedy_thinking_loop_is_concluded_and_the_answer_pane_gets_text(qtbot
     assert finished.metrics.thinking_tokens < 1536, "the guard ended the thinking before the budget did"
     assert window.answer_pane.text().strip(), "the answer pane got text after the guard concluded"
     assert window.thinking_pane.loop_note.text().startswith("looped: one ")  # the latest loop (the answer may loop too)
-    row = window.history.message_row(window.conversation.turns[-1].message_id)
+    row = window.session.history.message_row(window.conversation.turns[-1].message_id)
     assert loop.summary() in row["loop_guard"]
 
     window.close()

@@ -206,7 +206,7 @@ def test_benchmark_stops_the_chat_engine_and_starts_it_again(qtbot, make_window,
     settings = Settings(engine=EngineConfig(max_model_len=2048), api_server=ApiServerConfig(enabled=True,
                                                                                              port=free_port()))
     window, dialog = open_dialog(qtbot, make_window, settings)
-    qtbot.waitUntil(lambda: window.api_server is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: window.controller.api_server is not None, timeout=20_000)
     go = tmp_path / "go"
     report = bench_report(tmp_path)
     dialog.bench.command = lambda: scripted_job(f"""
@@ -217,13 +217,13 @@ def test_benchmark_stops_the_chat_engine_and_starts_it_again(qtbot, make_window,
     dialog.bench.run_button.click()
     qtbot.waitUntil(lambda: dialog.bench.step_label.text() == "auto: context depth 1,024", timeout=20_000)
     assert window.bridge.ready is None, "the chat engine is stopped while the benchmark runs"
-    assert window.api_server is None, "and the local API server that serves it"
+    assert window.controller.api_server is None, "and the local API server that serves it"
     assert not window.send_button.isEnabled()
     go.touch()
     qtbot.waitUntil(ended(dialog.bench), timeout=20_000)
     assert dialog.bench.step_label.text() == "done", dialog.bench.error_label.text()
     qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)  # and started again after it
-    qtbot.waitUntil(lambda: window.api_server is not None, timeout=20_000)
+    qtbot.waitUntil(lambda: window.controller.api_server is not None, timeout=20_000)
     table = dialog.bench_table
     rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
     assert rows[0][:5] == ["auto", "reasoning prompts", "98", "61.70", "16.2"]

@@ -53,7 +53,7 @@ def test_resources_are_found_without_an_editable_install() -> None:
 
 def test_local_folder_validation_names_the_problem(tmp_path) -> None:
     assert validate_model_folder(require_embedded_model()) is None
-    assert "is not a folder" in validate_model_folder(tmp_path / "missing")
+    assert "missing does not exist" in validate_model_folder(tmp_path / "missing")
     assert "no config.json" in validate_model_folder(tmp_path)
     (tmp_path / "config.json").write_text("{broken")
     assert "is broken" in validate_model_folder(tmp_path)

@@ -126,7 +126,7 @@ def test_failover_to_the_remote_when_the_local_engine_is_killed(qtbot, make_wind
     local_core = engine_core(before)
     local_core.kill()
     qtbot.waitUntil(engine.primary.engine_died, timeout=60_000)
-    window.check_engine_health()  # what the health timer runs: a dead primary is not a dead app
+    window.controller.check_engine_health()  # what the health timer runs: a dead primary is not a dead app
     assert not window.banner.isVisible() and window.send_button.isEnabled()
 
     window.new_conversation()

@@ -9,7 +9,15 @@ import pytest
 from pydantic import ValidationError
 
 from app.core import paths
-from app.core.settings import EngineConfig, SamplingConfig, Settings, load_settings, save_settings, settings_path
+from app.core.settings import (
+    EngineConfig,
+    SamplingConfig,
+    Settings,
+    changed,
+    load_settings,
+    save_settings,
+    settings_path,
+)
 from app.engine import capability
 from app.engine.capability import GpuInfo, HardwareProbe
 from app.engine.errors import EngineFailure, FailureKind
@@ -175,3 +183,17 @@ def test_the_gate_matches_the_installed_vllm_backends() -> None:
     assert order > 0, "vLLM's backend order for consumer cards is FLASH_ATTN, FLASHINFER, TRITON_ATTN"
     assert "VLLM_ATTENTION_BACKEND" not in Path(capability.__file__).with_name("host.py").read_text(), \
         "vLLM 0.32 reads no such variable"
+
+
+def test_code_changes_a_setting_only_through_validation() -> None:
+    settings = Settings()
+    with pytest.raises(ValidationError, match="max_model_len"):
+        settings.with_engine(max_model_len=100)  # model_copy(update=) would have kept it
+    with pytest.raises(ValidationError, match="kv_cache_dtype"):
+        settings.with_engine(kv_cache_dtype="fp4")
+    changed_settings = settings.with_engine(kv_cache_dtype="fp8_e4m3", max_model_len=2048)
+    assert (changed_settings.engine.kv_cache_dtype, changed_settings.engine.max_model_len) == ("fp8_e4m3", 2048)
+    assert settings.engine == EngineConfig(), "the original is left as it was"
+    assert changed_settings.sampling == settings.sampling and changed_settings.backends == settings.backends
+    engine = changed(EngineConfig(), model="/models/x", enable_prefix_caching=False)  # "model" is a field too
+    assert (engine.model, engine.enable_prefix_caching) == ("/models/x", False)

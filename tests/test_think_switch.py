@@ -46,7 +46,7 @@ def test_the_switch_is_per_chat_stored_and_sent(qtbot, make_window) -> None:
     with qtbot.waitSignal(window.reply_finished, timeout=10_000):
         window.send("think first")
     assert engine.samplings[-1].thinking is True
-    window.conversation_list.list.setCurrentRow(0)
+    window.conversation_list.select(0)
     assert not window.think_switch.isChecked(), "switching back shows the first chat's own choice"
     window.close()
     assert [c.thinking for c in HistoryStore().conversations()] == [False, True]

@@ -53,7 +53,7 @@ def test_tags_cut_across_deltas_land_in_the_right_panes(qtbot, make_window) -> N
     assert "%" in window.gauges.kv_bar.text() and window.gauges.kv_usage > 0
     assert "tok/s" in window.gauges.answer_rate.text()
     assert window.gauges.ttft.text().endswith("ms")
-    assert window.conversation_list.list.item(0).text() == "What is 2+3?"
+    assert window.conversation_list.title(0) == "What is 2+3?"
 
 
 def test_error_mid_stream_keeps_the_partial_reply_and_offers_a_restart(qtbot, make_window) -> None:
@@ -178,15 +178,15 @@ def test_conversations_new_rename_delete(qtbot, make_window, monkeypatch) -> Non
     wait_ready(qtbot, window)
     send(qtbot, window, "first chat")
     window.conversation_list.new_button.click()
-    assert window.conversation_list.list.count() == 2 and window.answer_pane.text() == ""
+    assert window.conversation_list.count() == 2 and window.answer_pane.text() == ""
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Renamed", True))
     window.conversation_list.rename_button.click()
-    assert window.conversation_list.list.item(1).text() == "Renamed"
-    window.conversation_list.list.setCurrentRow(0)
+    assert window.conversation_list.title(1) == "Renamed"
+    window.conversation_list.select(0)
     assert window.answer_pane.text() == "b"
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     window.conversation_list.delete_button.click()
-    assert [c.title for c in window.conversations] == ["Renamed"]
+    assert [c.title for c in window.session.model] == ["Renamed"]
 
 
 def test_memory_gauge_says_which_memory_it_shows(qtbot, make_window) -> None:
@@ -237,3 +237,22 @@ def test_ui_bench_without_a_display_falls_back_to_offscreen() -> None:
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "platform offscreen" in result.stdout and "no display found" in result.stderr
+
+
+def test_the_question_stands_above_its_reply_and_the_folded_trace_is_one_line(qtbot, make_window) -> None:
+    engine = ScriptedEngineDouble([Script(CUT_TAGS, tokens_per_second=100), Script(["<think>z</think>six"])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    send(qtbot, window, "What is 2+3?")
+    assert window.transcript.isVisible() and window.transcript.toPlainText().split() == ["You", "What", "is", "2+3?"]
+    pane, answer = window.thinking_pane, window.answer_pane
+    assert pane.folded
+    # Folded: a header line above the answer, and the answer has the view's whole width.
+    qtbot.waitUntil(lambda: pane.height() < 3 * pane.header.sizeHint().height() + 20, timeout=5_000)
+    assert answer.width() > 0.9 * window.chat_view.width() and answer.height() > 4 * pane.height()
+    pane.toggle.click()
+    qtbot.waitUntil(lambda: pane.height() > 0.3 * window.chat_view.live_split.height(), timeout=5_000)
+    send(qtbot, window, "And plus one?")
+    thread = window.transcript.toPlainText()
+    assert thread.index("What is 2+3?") < thread.index("Answer here") < thread.index("And plus one?")
+    assert answer.text() == "six"

@@ -37,8 +37,8 @@ def test_conversations_come_back_after_a_restart(qtbot, make_window) -> None:
     first.conversation_list.new_button.click()
     first.close()
     second = make_window(ScriptedEngineDouble())
-    assert [c.title for c in second.conversations] == ["2+3?", "New conversation"]
-    second.conversation_list.list.setCurrentRow(0)
+    assert [c.title for c in second.session.model] == ["2+3?", "New conversation"]
+    second.conversation_list.select(0)
     assert second.answer_pane.text() == "five" and "t" == second.thinking_pane.text()
 
 

@@ -30,7 +30,7 @@ def test_a_thinking_loop_is_concluded_collapsed_and_recorded(qtbot, make_window)
     assert "from token 300 · concluded · " in pane.loop_note.text() and "tokens saved" in pane.loop_note.text()
     shown = pane.view.toPlainText()
     assert "collapsed by the loop guard" in shown and shown.count("pens cost") == 0
-    row = window.history.message_row(window.conversation.turns[-1].message_id)
+    row = window.session.history.message_row(window.conversation.turns[-1].message_id)
     assert row["loop_guard"] == loop.summary() and row["thinking_text"] == "".join(INTRO).rstrip()
 
 

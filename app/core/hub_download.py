@@ -368,8 +368,7 @@ def run_download_command(repo_id: str, *, use: bool = False, revision: str = "ma
         from app.core.settings import load_settings, save_settings
 
         settings, _notice = load_settings()
-        settings.engine = settings.engine.model_copy(update={"model": str(folder)})
-        save_settings(settings)
+        save_settings(settings.with_engine(model=str(folder)))
         print(f"nalar: {folder} is now the model (Settings → Model).", file=sys.stderr)
     print(folder)
     return 0

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core import paths
+from app.core.model_folder import folder_problem
 from app.core.planner import GIB, Plan, plan
 
 # R1-style models think for thousands of tokens before they answer: less context than this is no use.
@@ -99,17 +100,5 @@ def best(recs: list[Recommendation]) -> Recommendation | None:
 
 def validate_model_folder(folder: Path) -> str | None:
     """None when vLLM can load this folder, else what is wrong and how to fix it."""
-    if not folder.is_dir():
-        return f"{folder} is not a folder."
-    config = folder / "config.json"
-    if not config.is_file():
-        return f"{folder} is not a model folder: it has no config.json. Choose the folder that holds config.json."
-    try:
-        json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return f"{config} is broken ({exc}). Download the model again."
-    if not any(folder.glob("*.safetensors")):
-        found = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".gguf"))
-        extra = f" It has {', '.join(found[:3])}, which Nalar does not load." if found else ""
-        return f"{folder} has no .safetensors weights.{extra} Choose a folder with safetensors files."
-    return None
+    problem = folder_problem(folder, need_weights=True)
+    return None if problem is None else str(problem)

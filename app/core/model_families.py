@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from app.core.settings import SamplingConfig
+from app.core.settings import SamplingConfig, changed
 
 # hybrid: the chat template turns thinking on or off (enable_thinking); always: the model always thinks;
 # plain: no native thinking (Nalar's reasoning mode can ask it to think in <think> tags).
@@ -84,7 +84,7 @@ def with_card_sampling(sampling: SamplingConfig, family: ModelFamily) -> Samplin
     card = family.sampling(sampling.thinking)
     if card is None:
         return sampling
-    return sampling.model_copy(update={"temperature": card.temperature, "top_p": card.top_p, "top_k": card.top_k})
+    return changed(sampling, temperature=card.temperature, top_p=card.top_p, top_k=card.top_k)
 
 
 GREEDY_THINKING_WARNING = ("Greedy decoding (temperature 0) with thinking on: the model cards warn that it leads to "

@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -147,6 +147,21 @@ class Settings(BaseModel):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     backends: BackendsConfig = Field(default_factory=BackendsConfig)
     api_server: ApiServerConfig = Field(default_factory=ApiServerConfig)
+
+    def with_engine(self, **changes: Any) -> Settings:
+        """These settings with engine fields changed, validated: the one way code changes an engine setting."""
+        return changed(self, engine={**self.engine.model_dump(), **changes})
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def changed(base: Model, /, **changes: Any) -> Model:
+    """A copy of ``base`` with ``changes``, validated as a loaded file is (``model_copy(update=)`` is not).
+
+    ``base`` is positional-only: ``model`` is also an EngineConfig field name.
+    """
+    return type(base).model_validate({**base.model_dump(), **changes})
 
 
 # Migrations take the raw dict of version N and return version N + 1.

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from app.core.model_families import PLAIN, model_family
+from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, cpu_runtime, trimming, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message
@@ -129,23 +130,13 @@ def _classify_start_failure(exc: BaseException, engine_log: str, config: EngineC
 
 
 def check_model_path(model: str) -> Path | None:
-    """A local model folder must exist and hold a readable config.json. Hub ids pass through."""
-    path = Path(model).expanduser()
-    looks_local = path.is_absolute() or model.startswith((".", "~")) or path.exists()
-    if not looks_local:
+    """A local model folder must be one vLLM can load (see app.core.model_folder). Hub ids pass through."""
+    if not looks_local(model):
         return None
-    if not path.is_dir():
-        raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"The model folder {path} does not exist.",
-                            "Choose an existing model folder in Settings, or clear it to use the embedded model.")
-    config_file = path / "config.json"
-    try:
-        json.loads(config_file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"{path} is not a model folder: it has no config.json.",
-                            "Choose the folder that holds config.json and the weights.") from None
-    except (OSError, ValueError) as exc:
-        raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"{config_file} is broken: {exc}.",
-                            "Restore the file (re-download the model) or choose another model.") from None
+    path = Path(model).expanduser()
+    problem = folder_problem(path)
+    if problem is not None:
+        raise EngineFailure(FailureKind.MODEL_NOT_FOUND, problem.message, problem.fix)
     return path
 
 

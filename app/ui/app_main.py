@@ -38,7 +38,7 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
         from app.engine.capability import probe_hardware, recommended_kv_dtype
 
         probe = probe_hardware()
-        settings.engine = settings.engine.model_copy(update={"kv_cache_dtype": recommended_kv_dtype(probe)})
+        settings = settings.with_engine(kv_cache_dtype=recommended_kv_dtype(probe))
         welcome = offer_welcome(settings, probe)
         if not welcome:
             save_settings(settings)  # with a welcome dialog, the user's choice is saved instead

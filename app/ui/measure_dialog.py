@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.settings import EngineConfig
 from app.ui.job_panel import CANCEL_GRACE_S, JobPanel, JobProcess, app_command
 from app.ui.saturation_tab import SaturationTab
 
@@ -141,20 +140,16 @@ class MeasureDialog(QDialog):
         if any(other.running for other in (self.bench, self.saturation.panel) if other is not panel):
             panel.show_error("The other benchmark is running.", "Wait for it (or cancel it), then run this one.")
             return False
-        self._restart_chat_after_bench = window.bridge.ready is not None
+        self._restart_chat_after_bench = window.controller.running
         if self._restart_chat_after_bench:
             panel.step_label.setText("stopping the chat engine…")
-            await window._stop_api_server()  # it serves the chat engine; it comes back when the engine is ready
-            await window.bridge.shutdown()
-        window.bridge.drain()
-        window._refresh_state()
+        await window.controller.pause()
         return True
 
     def _restart_chat_engine(self) -> None:
-        window = self.window_
-        if self._restart_chat_after_bench and not getattr(window, "_closing", False):
+        if self._restart_chat_after_bench:
             self._restart_chat_after_bench = False
-            window.start_engine()
+            self.window_.controller.resume()
 
     def _bench_running(self, running: bool) -> None:
         # Applying a setting restarts the chat engine: not while a benchmark has the machine.
@@ -275,8 +270,7 @@ class MeasureDialog(QDialog):
     def _apply_engine(self, **update: Any) -> None:
         """Through the window's settings path: saved, and the chat engine restarts on the change."""
         window = self.window_
-        engine = EngineConfig.model_validate({**window.settings.engine.model_dump(), **update})
-        window.apply_settings(window.settings.model_copy(update={"engine": engine}))
+        window.apply_settings(window.settings.with_engine(**update))
 
     @property
     def panels(self) -> tuple[JobPanel, ...]:

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 
 from app.core.embedded_model import embedded_model_dir
 from app.core.keystore import KeyStore
+from app.core.model_folder import folder_problem, looks_local
 from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder
 from app.core.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Settings
 from app.engine import capability
@@ -328,11 +329,11 @@ class SettingsDialog(QDialog):
                 self._field_error(section, field, error["msg"])
                 problems.append(f"{_label(field)}: {error['msg']}")
         model = raw["engine"]["model"]
-        if model and (Path(model).expanduser().is_absolute() or model.startswith((".", "~"))):
-            if not (Path(model).expanduser() / "config.json").is_file():
-                self._field_error("engine", "model", f"{model} is not a model folder (no config.json).")
-                problems.append("Model: not a model folder")
-                candidate = None
+        problem = folder_problem(Path(model).expanduser()) if looks_local(model) else None
+        if problem is not None:
+            self._field_error("engine", "model", problem.message)
+            problems.append("Model: not a model folder")
+            candidate = None
         limit = model_max_len(model)
         if limit and raw["engine"]["max_model_len"] > limit:
             self._field_error("engine", "max_model_len", f"This model supports at most {limit:,} tokens.")
@@ -356,7 +357,7 @@ class SettingsDialog(QDialog):
 
     def _update_planner(self, engine: dict[str, Any]) -> None:
         folder = Path(engine["model"]).expanduser() if engine["model"] else embedded_model_dir()
-        if not (folder / "config.json").is_file():
+        if folder_problem(folder) is not None:
             self.planner_view.setHtml("<i>The planner needs a local model folder; a hub model is planned "
                                       "once it has been downloaded.</i>")
             return

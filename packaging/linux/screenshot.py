@@ -1,7 +1,8 @@
-"""Take docs/screenshot.png: the real app on the real engine, mid-answer, captured from the X screen.
+"""Take the README screenshots: the real app on the real engine, captured from the X screen.
 
-Run under Xvfb (packaging/linux/screenshot.sh does that). The thinking pane folds when the
-answer starts; the script re-opens it so both panes show.
+docs/screenshot.png is mid-answer with the thinking trace re-opened, -folded.png the same moment
+with the trace folded into its header, -second-turn.png a follow-up question answered under the
+first turn. Run under Xvfb (packaging/linux/screenshot.sh does that).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from app.core.embedded_model import ensure_embedded_model
 from app.core.settings import EngineConfig, SamplingConfig, Settings, save_settings
 
 PROMPT = "A farmer has 17 sheep. All but 9 run away. How many are left? Explain."
+FOLLOW_UP = "And if 4 of those wander back, how many are there then?"
 
 
 def main(out: Path) -> int:
@@ -29,8 +31,19 @@ def main(out: Path) -> int:
     def window():
         return next(w for w in app.topLevelWidgets() if w.windowTitle() == "Nalar" and w.isVisible())
 
+    shots = [out, out.with_name(f"{out.stem}-folded.png"), out.with_name(f"{out.stem}-second-turn.png")]
+    for shot in shots:
+        shot.unlink(missing_ok=True)  # each is taken once, when its moment comes
+
+    def grab(win, path: Path) -> None:
+        win.answer_pane.render_markdown()
+        app.processEvents()
+        screen = app.primaryScreen().grabWindow(0)  # the X server's pixels, not a widget render
+        screen.copy(win.frameGeometry()).save(str(path))
+        print(f"screenshot: saved {path}")
+
     def poll() -> None:
-        if time.monotonic() - started > 600:
+        if time.monotonic() - started > 900:
             print("screenshot: timed out", file=sys.stderr)
             app.exit(1)
             return
@@ -39,18 +52,24 @@ def main(out: Path) -> int:
         except StopIteration:
             QTimer.singleShot(200, poll)
             return
-        if win.send_button.isEnabled() and not win.conversation.turns:
+        turns = len(win.conversation.turns)
+        if win.send_button.isEnabled() and turns == 0:
             win.prompt.setPlainText(PROMPT)
             win.send()
-        elif win.send_button.isEnabled():
+        elif win.send_button.isEnabled() and turns == 1 and not shots[0].exists():
             win.regenerate()  # the reply ended before the answer got long enough: try again
-        elif win.streaming and len(win.answer_pane.text()) > 80:
+        elif win.send_button.isEnabled() and turns == 1:
+            win.prompt.setPlainText(FOLLOW_UP)
+            win.send()
+        elif win.send_button.isEnabled():
+            win.regenerate()
+        elif win.streaming and len(win.answer_pane.text()) > 80 and turns == 1 and not shots[0].exists():
             win.thinking_pane.set_folded(False)
-            win.answer_pane.render_markdown()
-            app.processEvents()
-            screen = app.primaryScreen().grabWindow(0)  # the X server's pixels, not a widget render
-            screen.copy(win.frameGeometry()).save(str(out))
-            print(f"screenshot: saved {out}")
+            grab(win, shots[0])
+            win.thinking_pane.set_folded(True)
+            grab(win, shots[1])
+        elif win.streaming and len(win.answer_pane.text()) > 60 and turns == 2:
+            grab(win, shots[2])
             win.close()
             app.quit()
             return

@@ -1,0 +1,259 @@
+"""ChatSession: the conversations and the reply being written, with no widgets.
+
+It sends, regenerates, stops, saves partial replies every second and aborts on close. The window
+shows what it reports through its signals; tests drive it without a window.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from PySide6.QtCore import QObject, QTimer, Signal
+from qasync import asyncSlot
+
+from app.core.conversation import Conversation, Turn
+from app.core.history import HistoryStore
+from app.core.model_families import model_family, sampling_warning
+from app.core.settings import SamplingConfig, changed
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import BackendChosen, EngineErrorEvent, Finished, LoopDetected, Metrics
+from app.ui.conversation_list import ConversationListModel
+from app.ui.engine_controller import EngineController
+
+log = logging.getLogger(__name__)
+PARTIAL_SAVE_MS = 1000
+
+
+class ChatSession(QObject):
+    """The conversations (``self.model``), the current one, and at most one streaming reply."""
+
+    current_changed = Signal(int)     # the row of the conversation now shown
+    reply_started = Signal(object)    # the Conversation whose last turn is being answered
+    thinking_delta = Signal(str)      # deltas of the current reply only
+    answer_started = Signal()         # the first answer text is about to arrive
+    answer_delta = Signal(str)
+    thinking_tokens = Signal(int)
+    backend_changed = Signal(str)     # which backend answers the current reply
+    loop_detected = Signal(object)    # LoopDetected in the current reply
+    notice = Signal(str)
+    state_changed = Signal()          # a reply started or ended
+    reply_finished = Signal(object)   # Finished, after the turn is updated and saved
+
+    def __init__(self, controller: EngineController, history: HistoryStore, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.history = history
+        self.model = ConversationListModel(self)
+        self.current_row = -1
+        self.current_request: str | None = None
+        self._thinking: list[str] = []
+        self._answer: list[str] = []
+        self._answer_started = False
+        self._partial_timer = QTimer(self)
+        self._partial_timer.setInterval(PARTIAL_SAVE_MS)
+        self._partial_timer.timeout.connect(self.save_partial)
+        bridge = controller.bridge
+        bridge.thinking_delta.connect(self._on_thinking_delta)
+        bridge.answer_delta.connect(self._on_answer_delta)
+        bridge.metrics_updated.connect(self._on_metrics)
+        bridge.backend_chosen.connect(self._on_backend_chosen)
+        bridge.loop_detected.connect(self._on_loop_detected)
+        bridge.finished.connect(self._on_finished)
+
+    # ---- conversations -------------------------------------------------------------------------
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.model[max(0, self.current_row)]
+
+    @property
+    def streaming(self) -> bool:
+        return self.current_request is not None
+
+    @property
+    def thinking_text(self) -> str:
+        """What the current (or last) reply has thought so far."""
+        return "".join(self._thinking)
+
+    @property
+    def answer_text(self) -> str:
+        return "".join(self._answer)
+
+    def load_history(self) -> None:
+        """The stored conversations; the last one is shown, a new one if there are none."""
+        for conversation in self.history.conversations():
+            self.model.append(conversation)
+        if not len(self.model):
+            self.new_conversation()
+        else:
+            self.select(len(self.model) - 1)
+        if self.history.interrupted:
+            self.notice.emit(f"{self.history.interrupted} reply(s) were cut off when Nalar last closed "
+                             "unexpectedly; what had arrived is kept, marked “interrupted”.")
+
+    def select(self, row: int) -> None:
+        if 0 <= row < len(self.model) and row != self.current_row and not self.streaming:
+            self.current_row = row
+            self.current_changed.emit(row)
+
+    def new_conversation(self) -> None:
+        conversation = Conversation(thinking=self.controller.settings.sampling.thinking)
+        self.history.save_conversation(conversation)
+        self.select(self.model.append(conversation))
+
+    def rename(self, title: str) -> None:
+        self.model.set_title(max(0, self.current_row), title)
+        self.history.save_conversation(self.conversation)
+
+    def set_thinking(self, on: bool) -> None:
+        """The chat's Think switch, kept with the conversation."""
+        self.conversation.thinking = on
+        self.history.save_conversation(self.conversation)
+
+    def delete_current(self) -> None:
+        row = self.current_row
+        if row < 0 or self.streaming:
+            return
+        self.current_row = -1
+        self.history.delete_conversation(self.model.remove(row).id)
+        if not len(self.model):
+            self.new_conversation()
+        else:
+            self.select(min(row, len(self.model) - 1))
+
+    # ---- a reply -------------------------------------------------------------------------------
+
+    async def send(self, text: str) -> None:
+        text = text.strip()
+        if not text or self.streaming or not self.controller.engine_ready:
+            return
+        conversation = self.conversation
+        conversation.turns.append(Turn(user=text))
+        if len(conversation.turns) == 1:
+            conversation.title_from_first_message()
+            self.rename(conversation.title)
+        await self._run_reply(conversation)
+
+    async def regenerate(self) -> None:
+        conversation = self.conversation
+        if self.streaming or not conversation.turns or not self.controller.engine_ready:
+            return
+        conversation.turns[-1] = Turn(user=conversation.turns[-1].user)
+        await self._run_reply(conversation)
+
+    @asyncSlot()
+    async def continue_past_loop(self) -> None:
+        """The repetition was wanted: answer the last message again with the loop guard only warning."""
+        conversation = self.conversation
+        if self.streaming or not conversation.turns or not self.controller.engine_ready:
+            return
+        conversation.turns[-1] = Turn(user=conversation.turns[-1].user)
+        await self._run_reply(conversation, self.controller.settings.sampling.with_loop_guard(action="warn"))
+
+    async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None) -> None:
+        bridge = self.controller.bridge
+        request_id = uuid.uuid4().hex[:12]
+        self.current_request = request_id
+        self._answer_started = False
+        self._thinking, self._answer = [], []
+        turn = conversation.turns[-1]
+        ready = bridge.ready
+        turn.model, turn.kv_cache_dtype = (ready.model, ready.kv_cache_dtype) if ready else ("", "")
+        turn.backend = bridge.engine.backend_name
+        self.reply_started.emit(conversation)
+        self.backend_changed.emit(turn.backend)
+        self.history.start_turn(conversation, turn)
+        self._partial_timer.start()
+        self.state_changed.emit()
+        try:
+            # This chat's Think switch, on whatever sampling this reply runs with (Continue anyway: guard warns).
+            sampling = changed(sampling or self.controller.settings.sampling, thinking=conversation.thinking)
+            if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
+                self.notice.emit(warning)
+            await bridge.generate(conversation.messages(), sampling, request_id)
+        except Exception as exc:  # the engine thread itself failed: still end the turn cleanly
+            log.exception("generation crashed")
+            bridge.post(EngineErrorEvent(request_id, EngineFailure(
+                FailureKind.ENGINE_DIED, f"The engine failed: {exc}", "Restart the engine.")))
+            bridge.post(Finished(request_id, "error", self.thinking_text, self.answer_text))
+
+    @asyncSlot()
+    async def stop(self) -> None:
+        if self.current_request:
+            await self.controller.bridge.abort(self.current_request)
+
+    def answer_now(self) -> None:
+        if self.current_request:
+            self.controller.bridge.answer_now(self.current_request)
+
+    def _on_thinking_delta(self, request_id: str, text: str) -> None:
+        if request_id == self.current_request:
+            self._thinking.append(text)
+            self.thinking_delta.emit(text)
+
+    def _on_answer_delta(self, request_id: str, text: str) -> None:
+        if request_id != self.current_request:
+            return
+        if not self._answer_started:
+            self._answer_started = True
+            self.answer_started.emit()
+        self._answer.append(text)
+        self.answer_delta.emit(text)
+
+    def _on_metrics(self, metrics: Metrics) -> None:
+        if metrics.request_id == self.current_request:
+            self.thinking_tokens.emit(metrics.thinking_tokens)
+
+    def _on_backend_chosen(self, event: BackendChosen) -> None:
+        if event.request_id != self.current_request or not self.conversation.turns:
+            return
+        self.conversation.turns[-1].backend = event.backend
+        self.backend_changed.emit(event.backend)
+        if event.reason:
+            self.notice.emit(f"Answered by {event.backend}: {event.reason}.")
+
+    def _on_loop_detected(self, event: LoopDetected) -> None:
+        if event.request_id != self.current_request:
+            return
+        if event.outcome != "warned" and event.phase == "answer":
+            self._answer = [self.answer_text[:event.kept_char]]  # the cut answer is what a partial save keeps
+        self.loop_detected.emit(event)
+
+    def _on_finished(self, finished: Finished) -> None:
+        if finished.request_id != self.current_request:
+            return
+        self.current_request = None
+        turn = self.conversation.turns[-1]
+        turn.thinking, turn.answer, turn.finish_reason = finished.thinking_text, finished.answer_text, finished.reason
+        turn.loop_guard = "\n".join(loop.summary() for loop in finished.loops)
+        if finished.metrics is not None:
+            m = finished.metrics
+            turn.thinking_tokens, turn.answer_tokens, turn.ttft_s = m.thinking_tokens, m.answer_tokens, m.ttft_s
+            turn.answer_tok_s = m.answer_tok_s
+            self.thinking_tokens.emit(m.thinking_tokens)
+        self._partial_timer.stop()
+        self.history.finish_turn(turn)
+        if finished.reason == "abort":
+            self.notice.emit("Stopped. The partial reply is kept.")
+        elif finished.reason == "loop":
+            self.notice.emit("The loop guard cut this reply where it began to repeat itself.")
+        self.state_changed.emit()
+        self.reply_finished.emit(finished)
+
+    def save_partial(self) -> None:
+        """Every second while a reply streams: a crash then loses at most about a second of it."""
+        if self.streaming and self.conversation.turns:
+            self.history.save_partial(self.conversation.turns[-1], self.thinking_text, self.answer_text)
+
+    def close(self) -> None:
+        """Abort what streams and keep what arrived, marked "abort"; late events are ignored after this."""
+        self._partial_timer.stop()
+        if self.current_request:
+            engine = self.controller.bridge.engine
+            engine.loop_thread.submit(engine.abort(self.current_request))
+            turn = self.conversation.turns[-1]
+            turn.thinking, turn.answer = self.thinking_text, self.answer_text
+            turn.finish_reason = "abort"
+            self.history.finish_turn(turn)
+            self.current_request = None

@@ -1,0 +1,111 @@
+"""ChatView: the conversation shown as a thread: earlier turns and the question above the live reply.
+
+The live reply is the thinking pane over the answer pane; when the answer starts, the trace folds
+into its one-line header and the answer gets the whole width.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
+
+from app.core.conversation import Conversation, Turn
+from app.ui.panes import AnswerPane, ThinkingPane
+
+QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
+
+
+class ChatView(QWidget):
+    """Shows a conversation and the reply streaming into its last turn; it keeps no state of its own."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.transcript = QTextBrowser()
+        self.transcript.setObjectName("Transcript")
+        self.transcript.setOpenExternalLinks(True)
+        self.thinking_pane = ThinkingPane()
+        self.answer_pane = AnswerPane()
+        self.live_split = QSplitter(Qt.Orientation.Vertical)
+        self.live_split.addWidget(self.thinking_pane)
+        self.live_split.addWidget(self.answer_pane)
+        self.live_split.setChildrenCollapsible(False)
+        self.thread_split = QSplitter(Qt.Orientation.Vertical)
+        self.thread_split.addWidget(self.transcript)
+        self.thread_split.addWidget(self.live_split)
+        self.thread_split.setChildrenCollapsible(False)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.thread_split)
+        self.thinking_pane.fold_changed.connect(self.on_thinking_folded)
+
+    def show_conversation(self, conversation: Conversation) -> None:
+        """The thread down to the last question; the last reply in the panes, its trace folded if answered."""
+        self.render_thread(conversation)
+        self.thinking_pane.clear()
+        self.answer_pane.clear()
+        if conversation.turns:
+            last = conversation.turns[-1]
+            self.thinking_pane.append(last.thinking)
+            self.thinking_pane.set_tokens(last.thinking_tokens)
+            self.answer_pane.append(last.answer)
+            self.answer_pane.render_markdown()
+            self.set_backend(last.backend)
+            self.thinking_pane.set_folded(bool(last.answer))
+
+    def render_thread(self, conversation: Conversation) -> None:
+        """Earlier turns in full, then the question the panes below answer."""
+        parts = [_question(turn) + _reply(turn) for turn in conversation.turns[:-1]]
+        if conversation.turns:
+            parts.append(_question(conversation.turns[-1]))
+        self.transcript.setHtml("".join(parts))
+        self.transcript.setVisible(bool(parts))  # no empty box above a new conversation
+        bar = self.transcript.verticalScrollBar()
+        bar.setValue(bar.maximum())
+        # The thread takes what it needs, up to 40% of the height; the live reply keeps the rest.
+        total = sum(self.thread_split.sizes()) or self.thread_split.height()
+        needed = int(self.transcript.document().size().height()) + 2 * self.transcript.frameWidth() + 4
+        top = max(40, min(needed, int(total * 0.4)))
+        self.thread_split.setSizes([top, total - top])
+
+    def set_backend(self, backend: str) -> None:
+        self.answer_pane.header.setText(f"Answer · via {backend}" if backend else "Answer")
+
+    def start_reply(self, conversation: Conversation) -> None:
+        self.render_thread(conversation)
+        self.thinking_pane.clear()
+        self.answer_pane.clear()
+
+    def start_answer(self) -> None:
+        self.thinking_pane.end()
+        if self.thinking_pane.text():
+            self.thinking_pane.set_folded(True)  # the answer takes the room; the trace is one click away
+
+    def finish_reply(self) -> None:
+        self.thinking_pane.end()
+        self.answer_pane.render_markdown()
+
+    def on_thinking_folded(self, folded: bool) -> None:
+        """Folded, the trace is its one-line header above the answer; unfolded, it shares the height."""
+        pane = self.thinking_pane
+        pane.setMaximumHeight(pane.sizeHint().height() if folded else QWIDGETSIZE_MAX)
+        total = sum(self.live_split.sizes()) or self.live_split.height()
+        header = pane.sizeHint().height() if folded else total // 2
+        self.live_split.setSizes([header, total - header])
+
+
+def _text(text: str) -> str:
+    return html.escape(text).replace("\n", "<br>")
+
+
+def _question(turn: Turn) -> str:
+    return (f'<table width="100%" cellpadding="6" style="margin-top: 6px"><tr><td bgcolor="#e3eaf6">'
+            f'<span style="color: #1b2a44"><b>You</b><br>{_text(turn.user)}</span></td></tr></table>')
+
+
+def _reply(turn: Turn) -> str:
+    note = "" if turn.finish_reason in (None, "stop") else f" <i>({turn.finish_reason})</i>"
+    if turn.backend:
+        note = f" <small>via {html.escape(turn.backend)}</small>{note}"
+    return f"<p><b>Nalar</b>{note}<br>{_text(turn.answer)}</p>"

@@ -1,0 +1,133 @@
+"""The reply logic without a window: ChatSession and EngineController against the ScriptedEngineDouble."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from app.core.history import HistoryStore
+from app.core.keystore import KeyStore
+from app.core.settings import EngineConfig, SamplingConfig, Settings
+from app.engine.events import Finished
+from app.engine.scripted import Script, ScriptedEngineDouble
+from app.ui.chat_session import ChatSession
+from app.ui.engine_controller import EngineController
+
+
+@pytest.fixture
+def make_session(qtbot, ui_loop) -> Iterator[object]:
+    """A started session on a scripted engine; teardown closes it and checks the engine thread ended."""
+    made: list[tuple[ChatSession, EngineController]] = []
+
+    def factory(*scripts: Script) -> ChatSession:
+        settings = Settings(engine=EngineConfig(max_model_len=2048),
+                            sampling=SamplingConfig(think_budget=64, max_tokens=64))
+        controller = EngineController(ScriptedEngineDouble(list(scripts)), settings, KeyStore())
+        session = ChatSession(controller, HistoryStore())
+        made.append((session, controller))
+        session.load_history()
+        controller.start_engine()
+        qtbot.waitUntil(lambda: controller.engine_ready, timeout=10_000)
+        return session
+
+    yield factory
+    for session, controller in made:
+        session.close()
+        controller.close()
+        session.history.close()
+        assert not controller.bridge.engine.loop_thread.alive
+
+
+def send(qtbot, session: ChatSession, text: str) -> Finished:
+    with qtbot.waitSignal(session.reply_finished, timeout=20_000) as blocker:
+        asyncio.ensure_future(session.send(text))
+    return blocker.args[0]
+
+
+def test_a_reply_lands_in_its_turn_in_the_model_and_in_history(qtbot, make_session) -> None:
+    session = make_session(Script(["<think>add ", "them</think>", "It is ", "5."]))
+    deltas: list[str] = []
+    session.answer_delta.connect(deltas.append)
+    finished = send(qtbot, session, "What is 2+3?")
+    assert finished.reason == "stop" and not session.streaming
+    turn = session.conversation.turns[-1]
+    assert (turn.user, turn.thinking, turn.answer) == ("What is 2+3?", "add them", "It is 5.")
+    assert "".join(deltas) == "It is 5." and turn.thinking_tokens + turn.answer_tokens == 4 and turn.backend
+    assert session.model.index(0).data() == "What is 2+3?", "the first question names the conversation"
+    row = session.history.message_row(turn.message_id)
+    assert (row["answer_text"], row["thinking_text"], row["finish_reason"]) == ("It is 5.", "add them", "stop")
+
+
+def test_a_second_turn_sends_the_first_as_context(qtbot, make_session) -> None:
+    session = make_session(Script(["<think>a</think>", "Four."]), Script(["<think>b</think>", "Eight."]))
+    send(qtbot, session, "2+2?")
+    send(qtbot, session, "Double it?")
+    engine = session.controller.bridge.engine
+    assert [m["content"] for m in engine.requests[-1]] == ["2+2?", "Four.", "Double it?"]
+    assert [t.answer for t in session.conversation.turns] == ["Four.", "Eight."]
+
+
+def test_stop_keeps_the_partial_reply_and_says_so(qtbot, make_session) -> None:
+    words = [f"w{i} " for i in range(400)]
+    session = make_session(Script(["<think>t</think>", *words], tokens_per_second=100))
+    notices: list[str] = []
+    session.notice.connect(notices.append)
+    session.answer_delta.connect(lambda _text: session.stop() if session.answer_text.count(" ") >= 3 else None)
+    with qtbot.waitSignal(session.reply_finished, timeout=20_000) as blocker:
+        asyncio.ensure_future(session.send("count"))
+    assert blocker.args[0].reason == "abort"
+    turn = session.conversation.turns[-1]
+    assert turn.answer.startswith("w0 w1 w2 ") and len(turn.answer) < len("".join(words))
+    assert session.history.message_row(turn.message_id)["finish_reason"] == "abort"
+    assert notices == ["Stopped. The partial reply is kept."]
+
+
+def test_partial_text_is_saved_while_streaming_and_close_marks_it_aborted(qtbot, make_session) -> None:
+    words = [f"w{i} " for i in range(2000)]
+    session = make_session(Script(["<think>t</think>", *words], tokens_per_second=200))
+    asyncio.ensure_future(session.send("long"))
+    qtbot.waitUntil(lambda: session.streaming and bool(session.conversation.turns[-1].message_id), timeout=10_000)
+    turn = session.conversation.turns[-1]
+    # The partial timer writes what arrived so far (about once a second) before the reply ends.
+    qtbot.waitUntil(lambda: session.history.message_row(turn.message_id)["answer_text"].startswith("w0 "),
+                    timeout=10_000)
+    assert session.streaming, "saved while the reply still streams, not at its end"
+    session.close()
+    assert not session.streaming
+    row = session.history.message_row(turn.message_id)
+    assert row["finish_reason"] == "abort" and row["answer_text"] == turn.answer and turn.answer.startswith("w0 ")
+
+
+def test_conversations_are_added_renamed_and_deleted_through_the_model(qtbot, make_session) -> None:
+    session = make_session()
+    model = session.model
+    assert model.rowCount() == 1 and session.current_row == 0
+    inserted: list[int] = []
+    model.rowsInserted.connect(lambda _parent, first, _last: inserted.append(first))
+    session.new_conversation()
+    assert inserted == [1] and session.current_row == 1
+    session.rename("Second")
+    assert model.index(1).data() == "Second"
+    session.select(0)
+    session.delete_current()
+    assert [c.title for c in model] == ["Second"] and session.current_row == 0
+    assert [c.title for c in session.history.conversations()] == ["Second"]
+    session.delete_current()
+    assert model.rowCount() == 1 and model.index(0).data() == "New conversation", "never an empty list"
+
+
+def test_pause_stops_the_engine_and_resume_starts_it_again(qtbot, make_session) -> None:
+    session = make_session()
+    controller = session.controller
+
+    async def pause() -> bool:
+        return await controller.pause()
+
+    task = asyncio.ensure_future(pause())
+    qtbot.waitUntil(task.done, timeout=10_000)
+    assert task.result() is True and not controller.engine_ready
+    with qtbot.waitSignal(controller.bridge.engine_ready, timeout=10_000):
+        controller.resume()
+    assert controller.engine_ready and len(controller.bridge.engine.starts) == 2
