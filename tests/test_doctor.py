@@ -19,7 +19,9 @@ def test_json_report_says_what_runs_here_and_exits_zero() -> None:
     report = json.loads(result.stdout)
     assert report["ok"] and report["problems"] == []
     assert report["engine"]["kind"] in ("cpu", "cuda") and report["packages"]["torch"]
-    assert report["kv_cache_dtypes"]["auto"] == {"supported": True, "reason": None}
+    on_gpu = report["engine"]["kind"] == "cuda"
+    assert report["kv_cache_dtypes"]["auto"] == {"supported": True, "reason": None,
+                                                 "attention_backend": "FLASH_ATTN" if on_gpu else None}
     fp8 = report["kv_cache_dtypes"]["fp8_e4m3"]
     assert fp8["supported"] or "AVX-512" in fp8["reason"] or "compute capability" in fp8["reason"]
     assert report["model"]["present"] is True

@@ -22,7 +22,7 @@ def test_a_thinking_loop_is_concluded_collapsed_and_recorded(qtbot, make_window)
     loop = finished.loops[0]
     assert (loop.phase, loop.kind, loop.period, loop.start_token, loop.outcome) == (
         "thinking", "exact", 8, 300, "concluded")
-    assert finished.thinking_text == "".join(INTRO).rstrip()  # kept up to where the loop began (trimmed, as all thinking)
+    assert finished.thinking_text == "".join(INTRO).rstrip()  # kept up to where the loop began
     assert window.answer_pane.text() == "The change is 29 dollars."
     pane = window.thinking_pane
     assert pane.loop_note.isVisibleTo(pane) and pane.continue_button.isVisibleTo(pane)
