@@ -198,10 +198,14 @@ def test_calibration_rescues_overflowing_keys_and_vllm_loads_the_scales(tmp_path
     assert (out / "model.safetensors").stat().st_ino == (model / "model.safetensors").stat().st_ino  # linked
     assert json.loads((out / MARK_FILE).read_text())["source"] == str(model.resolve())
 
-    # vLLM accepts the folder and holds exactly these scales (FP8 runs here; elsewhere auto proves the load).
+    # vLLM accepts the folder and holds exactly these scales (where this CPU runs an FP8 cache).
     from app.engine.capability import kv_dtype_unsupported_reason, probe_hardware
 
-    kv_dtype = "fp8" if kv_dtype_unsupported_reason("fp8_e4m3", probe_hardware()) is None else "auto"
+    if reason := kv_dtype_unsupported_reason("fp8_e4m3", probe_hardware()):
+        # A kv_cache_scheme makes vLLM use an FP8 cache whatever kv_cache_dtype says ('FP8 KV cache on CPU
+        # requires x86 with AVX-512 or AMX', seen on an AVX2-only EPYC): the load can't be shown here.
+        pytest.skip(f"the folder is written and checked; loading it in vLLM needs FP8 here: {reason}")
+    kv_dtype = "fp8"
     script = tmp_path / "load_in_vllm.py"
     script.write_text(VLLM_LOAD_SCRIPT)
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=str(ROOT))

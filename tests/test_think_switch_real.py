@@ -12,7 +12,7 @@ from app.core.model_families import model_family
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.events import Finished
 from app.engine.host import EngineHost
-from tests.conftest import require_embedded_model, vllm_processes
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
 pytestmark = pytest.mark.real_engine
 
@@ -39,13 +39,14 @@ def hybrid_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHost
             (folder / item.name).symlink_to(item)
     (folder / "chat_template.jinja").write_text(QWEN3_STYLE_TEMPLATE, encoding="utf-8")
     assert model_family(folder.name, "llama").thinking == "hybrid"
+    before = child_pids()  # the session's shared engine may be running: it is not this fixture's to end
     host = EngineHost()
     try:
         host.loop_thread.submit(host.start(EngineConfig(model=str(folder), max_model_len=2048))).result(600)
         yield host
     finally:
         host.close()
-    assert vllm_processes() == [], "vLLM processes survived the engine's shutdown"
+    assert vllm_processes(before) == [], "vLLM processes survived the engine's shutdown"
 
 
 def reply(host: EngineHost, thinking: bool) -> Finished:
