@@ -91,3 +91,23 @@ def test_engine_loading_pauses_full_collections_and_restores_the_collector_after
         print(gc.isenabled())
     """)
     assert out.split() == ["False", "True", "True", "False"]
+
+
+def test_a_process_forked_during_the_load_gets_its_collector_and_importer_back() -> None:
+    """vLLM forks EngineCore from inside the load. Bug caught: EngineCore inheriting the paused
+    collector (its reference cycles would then never be freed) or the patched extension loader."""
+    out = _run("""
+        import gc, importlib.machinery, os
+        from app.engine import import_warmup
+        original = importlib.machinery.ExtensionFileLoader.create_module
+        with import_warmup.engine_loading():
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                state = f"{gc.isenabled()} {importlib.machinery.ExtensionFileLoader.create_module is original}"
+                os.write(write, state.encode())
+                os._exit(0)
+            os.waitpid(pid, 0)
+            print(os.read(read, 100).decode(), gc.isenabled())
+    """)
+    assert out.split() == ["True", "True", "False"]

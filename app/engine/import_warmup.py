@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import importlib.machinery
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 
+@functools.cache
 def _libc_dlopen() -> Any:
     if not sys.platform.startswith("linux"):
         return None
@@ -34,40 +37,56 @@ def _libc_dlopen() -> Any:
     return dlopen
 
 
+_ORIGINAL_CREATE_MODULE = importlib.machinery.ExtensionFileLoader.create_module
+_gc_was_enabled: bool | None = None  # set while engine_loading() runs: what a forked child restores
+
+
+def _create_module_opened_outside_gil(self: Any, spec: Any) -> Any:
+    dlopen = _libc_dlopen()
+    if dlopen is not None:
+        with contextlib.suppress(Exception):
+            dlopen(str(spec.origin).encode(), sys.getdlopenflags())  # handle kept: CPython reopens it
+    return _ORIGINAL_CREATE_MODULE(self, spec)
+
+
 @contextlib.contextmanager
 def native_loads_outside_gil() -> Iterator[None]:
     """Within this block, every extension module imported (on any thread) is first opened by a
     GIL-free ``dlopen`` with CPython's own flags. A library that fails to open is left to CPython,
     which then raises its usual ImportError."""
-    dlopen = _libc_dlopen()
-    if dlopen is None:
-        yield
-        return
     loader = importlib.machinery.ExtensionFileLoader
-    original = loader.create_module
-
-    def create_module(self: Any, spec: Any) -> Any:
-        with contextlib.suppress(Exception):
-            dlopen(str(spec.origin).encode(), sys.getdlopenflags())  # handle kept: CPython reopens it
-        return original(self, spec)
-
-    loader.create_module = create_module  # type: ignore[method-assign]
+    loader.create_module = _create_module_opened_outside_gil  # type: ignore[method-assign]
     try:
         yield
     finally:
-        loader.create_module = original  # type: ignore[method-assign]
+        loader.create_module = _ORIGINAL_CREATE_MODULE  # type: ignore[method-assign]
+
+
+def _restore_in_forked_child() -> None:
+    """vLLM forks EngineCore during the load: the child must not keep the collector off for good."""
+    global _gc_was_enabled
+    importlib.machinery.ExtensionFileLoader.create_module = _ORIGINAL_CREATE_MODULE  # type: ignore[method-assign]
+    if _gc_was_enabled:
+        gc.enable()
+    _gc_was_enabled = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_restore_in_forked_child)
 
 
 @contextlib.contextmanager
 def engine_loading() -> Iterator[None]:
     """Around the engine's imports and start: GIL-free library loads and no full collections; the
     objects built meanwhile (modules, config, tokenizer) are long-lived, so they are frozen after."""
-    was_enabled = gc.isenabled()
+    global _gc_was_enabled
+    _gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         with native_loads_outside_gil():
             yield
     finally:
         gc.freeze()
-        if was_enabled:
+        if _gc_was_enabled:
             gc.enable()
+        _gc_was_enabled = None
