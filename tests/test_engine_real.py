@@ -141,25 +141,3 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
     finally:
         host.close()
     assert vllm_processes(before) == []
-
-
-def test_engine_core_runs_with_tcmalloc_and_intel_openmp_where_installed(real_engine: EngineHost) -> None:
-    """vLLM's CPU docs preload both into the engine process. Bugs caught: LD_PRELOAD set after EngineCore
-    was spawned (it then never applies), or left in the app's own environment for its later children."""
-    import os
-    from pathlib import Path
-
-    import psutil
-
-    from app.engine.cpu_runtime import preload_libraries
-
-    wanted = preload_libraries()
-    if not wanted:
-        pytest.skip("neither libtcmalloc_minimal.so.4 nor the venv's libiomp5.so is on this machine")
-    engine_processes = [p for p in psutil.Process().children(recursive=True) if p.name().startswith("VLLM::")]
-    assert engine_processes
-    for proc in engine_processes:
-        mapped = Path(f"/proc/{proc.pid}/maps").read_text()
-        for library in wanted:
-            assert str(library.resolve()) in mapped, f"{library.name} is not loaded in {proc.name()}"
-    assert not any(str(library) in os.environ.get("LD_PRELOAD", "") for library in wanted)

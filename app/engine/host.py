@@ -26,7 +26,7 @@ import psutil
 from app.core.model_families import PLAIN, model_family
 from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine import capability, cpu_runtime, trimming, vllm_logging
+from app.engine import capability, cpu_runtime, import_warmup, trimming, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message, Resume
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
@@ -214,8 +214,9 @@ class EngineHost(EngineBase):
         # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
         os.environ[OWNER_ENV] = owner_tag()
         self._status("loading", "importing vLLM…", 0.15)
-        from vllm import AsyncEngineArgs
-        from vllm.v1.engine.async_llm import AsyncLLM
+        with import_warmup.engine_loading():  # torch's loading would freeze the window
+            from vllm import AsyncEngineArgs
+            from vllm.v1.engine.async_llm import AsyncLLM
 
         on_cpu = probe.engine_kind == "cpu"
         kwargs: dict[str, Any] = dict(
@@ -242,7 +243,7 @@ class EngineHost(EngineBase):
         try:
             # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
             # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
-            with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded:
+            with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded, import_warmup.engine_loading():
                 if preloaded:
                     log.info("EngineCore preloads %s", ", ".join(p.name for p in preloaded))
                 self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
