@@ -157,9 +157,9 @@ class ChatSession(QObject):
             return
         turn = conversation.turns[-1]
         resume = self.resume_point(turn) if self.controller.bridge.engine.can_resume else None
-        if resume is None:
-            conversation.turns[-1] = turn = Turn(user=turn.user)
         self._continued_after = turn.loop_guard or "a loop"
+        if resume is None:
+            conversation.turns[-1] = Turn(user=turn.user)
         await self._run_reply(conversation, self.controller.settings.sampling.with_loop_guard(enabled=False), resume)
 
     def resume_point(self, turn: Turn) -> Resume | None:
