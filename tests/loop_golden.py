@@ -1,8 +1,9 @@
 """The loop guard's golden streams: load them, label them, replay them through the app's accounting.
 
-Labels come from the whole stream, after the fact, by looser rules than the detector's (any exact
-tail repeat of 3+ copies; or a tail chain of 4+ sentences each Jaccard >= 0.6 with one of the next
-six). A stream whose label says it loops is a positive; every other stream is a negative.
+Labels come from each phase of the whole stream (the thinking first), after the fact, by looser rules
+than the detector's (an exact tail repeat of 3+ copies over the issue's 64 tokens, its last copy maybe cut
+by the budget; or a tail chain of 4+ sentences each Jaccard >= 0.6 with one of the next six). A stream
+whose label says it loops is a positive; every other stream is a negative.
 """
 
 from __future__ import annotations
@@ -24,6 +25,15 @@ DATA = Path(__file__).parent / "data" / "loops"
 def load(name: str) -> list[dict[str, Any]]:
     with gzip.open(DATA / name, "rt", encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def all_streams() -> list[dict[str, Any]]:
+    """Every captured stream: greedy thinking turns, samples at temperature 0.6, greedy chat turns."""
+    streams = [stream for name in ("greedy_candidates.jsonl.gz", "sampled_t06.jsonl.gz") if (DATA / name).exists()
+               for stream in load(name)]
+    if (answers := DATA / "greedy_answer.json").exists():
+        streams += json.loads(answers.read_text(encoding="utf-8"))["streams"]
+    return streams
 
 
 @dataclass(frozen=True)
@@ -65,13 +75,21 @@ class Label:
 
 
 def _exact_label(ids: list[int]) -> tuple[int, int] | None:
+    """An exact tail repeat; the budget may have cut its last copy, so a few tail tokens may be left out."""
+    for cut in range(16):
+        if (found := _exact_tail(ids[:len(ids) - cut])) is not None:
+            return found
+    return None
+
+
+def _exact_tail(ids: list[int]) -> tuple[int, int] | None:
     n = len(ids)
     for period in range(1, min(512, n // 3) + 1):
         i = n - 1
         while i - period >= 0 and ids[i] == ids[i - period]:
             i -= 1
         span = n - 1 - i + period
-        if span >= 3 * period and span >= 24 and (period >= 4 or span >= 16 * period):
+        if span >= 3 * period and span >= 64 and (period >= 4 or span >= 16 * period):
             return n - span, period
     return None
 
@@ -103,12 +121,11 @@ def _drift_label(text: str, ids_count: int, char_to_token: list[int]) -> tuple[i
 
 
 def label(stream: dict[str, Any]) -> Label | None:
-    """Does the stream end in a loop, and where did it begin (phase-relative token index)?"""
+    """Does a phase of the stream end in a loop (the thinking first), and where did it begin (phase-relative)?"""
     splitter = ThinkTagSplitter(prompt_opened_think=stream["mode"] == "think")
     reply = ReplyStream("label")
     phase_ids: dict[str, list[int]] = {"thinking": [], "answer": []}
     char_to_token: dict[str, list[int]] = {"thinking": [], "answer": []}
-    last: Phase = "thinking"
     for ids, text in zip(stream["ids"], stream["texts"], strict=True):
         phase: Phase = "thinking" if splitter.in_thinking else "answer"
         before = len(reply.texts.thinking_text if phase == "thinking" else reply.texts.answer_text)
@@ -116,16 +133,20 @@ def label(stream: dict[str, Any]) -> Label | None:
         after = len(reply.texts.thinking_text if phase == "thinking" else reply.texts.answer_text)
         char_to_token[phase].extend([len(phase_ids[phase])] * (after - before))
         phase_ids[phase].extend(ids)
-        if ids:
-            last = phase
-    ids = phase_ids[last]
-    text = reply.texts.thinking_text if last == "thinking" else reply.texts.answer_text
-    found = []
-    if (exact := _exact_label(ids)) is not None:
-        found.append(Label(last, exact[0], exact[1], "exact"))
-    if (drift := _drift_label(text, len(ids), char_to_token[last])) is not None:
-        found.append(Label(last, drift[0], drift[1], "drift"))
-    return min(found, key=lambda lab: lab.start_token) if found else None
+    # Each phase that ran, thinking first: a thinking loop cut by the budget is followed by an answer.
+    for phase in ("thinking", "answer"):
+        ids = phase_ids[phase]
+        if not ids:
+            continue
+        text = reply.texts.thinking_text if phase == "thinking" else reply.texts.answer_text
+        found = []
+        if (exact := _exact_label(ids)) is not None:
+            found.append(Label(phase, exact[0], exact[1], "exact"))
+        if (drift := _drift_label(text, len(ids), char_to_token[phase])) is not None:
+            found.append(Label(phase, drift[0], drift[1], "drift"))
+        if found:
+            return min(found, key=lambda lab: lab.start_token)
+    return None
 
 
 def main() -> int:
@@ -133,8 +154,7 @@ def main() -> int:
     import statistics
     import time
 
-    streams = [stream for name in ("greedy_candidates.jsonl.gz", "sampled_t06.jsonl.gz") if (DATA / name).exists()
-               for stream in load(name)]
+    streams = all_streams()
     caught, delays, late, missed, flagged = 0, [], [], [], []
     positives = negatives = tokens = 0
     started = time.perf_counter()

@@ -14,6 +14,7 @@ from app.core.keystore import new_token
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.api_connections import ConnectionGuard
 from app.engine.api_server import LocalApiServer
+from app.engine.base import Resume
 from app.engine.events import EngineEvent, Finished
 from app.engine.scripted import Script, ScriptedEngineDouble
 
@@ -26,10 +27,10 @@ class WatchedEngine(ScriptedEngineDouble):
         self.ended: dict[str, bool] = {}  # request id → it reached Finished
 
     async def generate(self, messages: Any, sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
         finished = False
         try:
-            async for event in super().generate(messages, sampling, request_id, ignore_eos=ignore_eos):
+            async for event in super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume):
                 finished = finished or isinstance(event, Finished)
                 yield event
         finally:

@@ -10,6 +10,7 @@ import pytest
 from app.core.history import HistoryStore
 from app.core.keystore import KeyStore
 from app.core.settings import EngineConfig, SamplingConfig, Settings
+from app.engine.base import Resume
 from app.engine.events import Finished
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.ui.chat_session import ChatSession
@@ -21,9 +22,9 @@ def make_session(qtbot, ui_loop) -> Iterator[object]:
     """A started session on a scripted engine; teardown closes it and checks the engine thread ended."""
     made: list[tuple[ChatSession, EngineController]] = []
 
-    def factory(*scripts: Script) -> ChatSession:
+    def factory(*scripts: Script, sampling: SamplingConfig | None = None) -> ChatSession:
         settings = Settings(engine=EngineConfig(max_model_len=2048),
-                            sampling=SamplingConfig(think_budget=64, max_tokens=64))
+                            sampling=sampling or SamplingConfig(think_budget=64, max_tokens=64))
         controller = EngineController(ScriptedEngineDouble(list(scripts)), settings, KeyStore())
         session = ChatSession(controller, HistoryStore())
         made.append((session, controller))
@@ -131,3 +132,64 @@ def test_pause_stops_the_engine_and_resume_starts_it_again(qtbot, make_session) 
     with qtbot.waitSignal(controller.bridge.engine_ready, timeout=10_000):
         controller.resume()
     assert controller.engine_ready and len(controller.bridge.engine.starts) == 2
+
+
+# The loop guard's Continue anyway. One scripted delta is one token: 300 distinct thinking tokens, then an
+# 8-token passage over and over (an exact loop from token 300, concluded at once by the default guard).
+INTRO = [f"thought{i} " for i in range(300)]
+PASSAGE = ["So ", "the ", "pens ", "cost ", "21 ", "dollars ", "again, ", "so "]
+GUARDED = SamplingConfig(think_budget=1024, max_tokens=512)
+
+
+def continue_anyway(qtbot, session: ChatSession) -> Finished:
+    with qtbot.waitSignal(session.reply_finished, timeout=20_000) as blocker:
+        session.continue_past_loop()
+    return blocker.args[0]
+
+
+def test_continue_anyway_goes_on_with_the_cut_thinking_with_the_guard_off(qtbot, make_session) -> None:
+    looping = Script(["<think>", *INTRO, *PASSAGE * 40, "</think>", "It is 29."], tokens_per_second=4000)
+    going_on = Script([" So", " the pens", " cost 21 dollars.", *PASSAGE * 40, "</think>", "Change: 29 dollars."],
+                      tokens_per_second=4000)
+    session = make_session(looping, going_on, sampling=GUARDED)
+    first = send(qtbot, session, "Pens cost 3 dollars; Tom buys 7 and pays 50. Change?")
+    kept = "".join(INTRO).rstrip()
+    assert [loop.outcome for loop in first.loops] == ["concluded"] and first.thinking_text == kept
+    shown: list[str] = []
+    session.thinking_delta.connect(shown.append)
+
+    finished = continue_anyway(qtbot, session)
+    engine = session.controller.bridge.engine
+    assert engine.resumes[-1] == Resume("thinking", kept, "")  # on from where the guard cut, not asked anew
+    assert finished.loops == (), "the guard is off for the continued reply: forty more copies pass"
+    going_on_text = " So the pens cost 21 dollars." + "".join(PASSAGE * 40).rstrip()
+    assert finished.thinking_text == kept + going_on_text
+    assert "".join(shown) == finished.thinking_text == session.thinking_text, "the kept text is shown again first"
+    assert finished.answer_text == "Change: 29 dollars." and len(session.conversation.turns) == 1
+    turn = session.conversation.turns[-1]
+    assert turn.thinking == finished.thinking_text
+    record = session.history.message_row(turn.message_id)["loop_guard"]
+    assert record.startswith(first.loops[0].summary()) and "continued anyway, guard off" in record
+
+
+def test_continue_anyway_goes_on_with_a_cut_answer(qtbot, make_session) -> None:
+    words = [f"word{i} " for i in range(300)]
+    session = make_session(Script([*words, *PASSAGE * 40], think_start="closed", tokens_per_second=4000),
+                           Script(["and ", "that ", "is ", "all."], tokens_per_second=4000), sampling=GUARDED)
+    first = send(qtbot, session, "Say it again and again")
+    assert first.reason == "loop" and first.loops[0].outcome == "cut"
+    kept = "".join(words + PASSAGE)
+    assert first.answer_text == kept
+    finished = continue_anyway(qtbot, session)
+    assert session.controller.bridge.engine.resumes[-1] == Resume("answer", "", kept)
+    assert finished.reason == "stop" and finished.answer_text == kept + "and that is all."
+    assert session.answer_text == finished.answer_text == session.conversation.turns[-1].answer
+
+
+def test_continue_anyway_without_a_cut_asks_again_with_the_guard_off(qtbot, make_session) -> None:
+    session = make_session(Script(["<think>a</think>", "Four."]), Script(["<think>", *PASSAGE * 60, "</think>", "4"],
+                                                                           tokens_per_second=4000), sampling=GUARDED)
+    send(qtbot, session, "2+2?")
+    finished = continue_anyway(qtbot, session)
+    assert session.controller.bridge.engine.resumes[-1] is None
+    assert finished.loops == () and finished.answer_text == "4" and len(session.conversation.turns) == 1

@@ -98,6 +98,36 @@ def test_a_numbered_list_with_different_items_is_not_a_loop() -> None:
     assert feed_ids(LoopDetector(NOW), list(range(len(tokens))), tokens)[0] is None
 
 
+def test_a_numbered_list_that_counts_on_is_not_a_loop_however_long() -> None:
+    """Its known false positive: "Step i:" lines, and files written line by line in a tool call's JSON
+    string, differ only in their numbers. A list counts on; a loop repeats itself."""
+    steps = "".join(f"Step {i}: check that the value in row {i} of the table is smaller than the limit of {10 * i}.\n"
+                    for i in range(1, 41))
+    escaped = "".join(f"line {i:03d}: the quick brown fox jumps over the lazy dog\\n" for i in range(120))
+    for listing in (steps, '{"path": "big.txt", "content": "' + escaped + '"}'):
+        tokens = words(" ".join(["intro"] * 300) + "\n" + listing)
+        assert feed_ids(LoopDetector(NOW), list(range(len(tokens))), tokens)[0] is None
+
+
+def test_list_items_that_repeat_need_list_item_copies() -> None:
+    """Items that don't count on (bullets, or the same number again) may still share a template for a while."""
+    intro = words(" ".join(["intro"] * 300) + "\n")
+    for marker in ("- ", "Step 3: "):
+        lines = [f"{marker}check that the value in row {i} of the table is smaller than the limit of {10 * i}.\n"
+                 for i in range(1, 41)]
+        fifteen = intro + words("".join(lines[:15]))
+        assert feed_ids(LoopDetector(NOW), list(range(len(fifteen))), fifteen)[0] is None
+        tokens = intro + words("".join(lines))
+        loop, at = feed_ids(LoopDetector(NOW), list(range(len(tokens))), tokens)
+        assert loop is not None and loop.kind == "drift" and loop.copies == NOW.list_item_copies
+        assert at - len(intro) <= NOW.list_item_copies * len(words(lines[1])) + NOW.check_every_tokens + 1
+    sentences = [f"Check that the value in row {i} of the table is smaller than the limit of {10 * i}. "
+                 for i in range(1, 41)]
+    tokens = intro + words("".join(sentences))
+    loop, _ = feed_ids(LoopDetector(NOW), list(range(len(tokens))), tokens)
+    assert loop is not None and loop.copies == NOW.similar_segments, "outside a list, 3 copies are a loop"
+
+
 def test_numbers_only_rows_are_not_compared() -> None:
     rows = "".join(f"| {i} | {i * 3} | {i * 7}.5 | {i * 11} | {i + 2000} |\n" for i in range(40))
     tokens = words(" ".join(["intro"] * 300) + "\n" + rows)

@@ -6,6 +6,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from app.core.settings import EngineConfig, SamplingConfig, Settings
+from app.engine.base import Resume
+from app.engine.events import ThinkingDelta
 from app.engine.host import EngineHost
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
@@ -37,6 +39,21 @@ def test_a_greedy_thinking_loop_is_concluded_and_the_answer_pane_gets_text(qtbot
     assert window.thinking_pane.loop_note.text().startswith("looped: one ")  # the latest loop (the answer may loop too)
     row = window.session.history.message_row(window.conversation.turns[-1].message_id)
     assert loop.summary() in row["loop_guard"]
+
+    # Continue anyway on the real engine: the reply goes on after the kept text (words the model would not
+    # have written itself, so a reply asked anew can't pass), and the guard is off for it.
+    engine = window.session.controller.bridge.engine
+    kept = "My own note, kept by the guard: the pens cost 21 dollars, so the change is"
+    going_on = SamplingConfig(temperature=0.0, think_budget=48, max_tokens=32).with_loop_guard(enabled=False)
+    events: list = []
+    resumed = engine.loop_thread.submit(engine.stream_to(
+        events.append, [{"role": "user", "content": LOOPING_PROMPT}], going_on, "resumed",
+        resume=Resume("thinking", kept))).result(600)
+    assert resumed is not None and resumed.reason in ("stop", "length"), resumed
+    assert resumed.thinking_text.startswith(kept) and len(resumed.thinking_text) > len(kept)
+    assert resumed.answer_text.strip(), "the answer follows the resumed thinking"
+    shown = "".join(e.text for e in events if isinstance(e, ThinkingDelta))
+    assert kept + shown == resumed.thinking_text, "only the new thinking is streamed: the UI has the kept text"
 
     window.close()
     assert vllm_processes(before) == []

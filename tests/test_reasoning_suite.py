@@ -24,7 +24,7 @@ from canitoolcall.fixtures import Fixture
 
 from app.core.keystore import new_token
 from app.core.model_families import model_family
-from app.core.settings import EndpointProfile, EngineConfig, LoopGuardConfig, SamplingConfig, changed
+from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig, changed
 from app.engine.api_server import LocalApiServer
 from app.engine.events import AnswerDelta, EngineEvent, Finished, ThinkingDelta
 from app.engine.reasoning import (
@@ -61,10 +61,9 @@ IDS = [fx.id for fx in FIXTURES]
 HTTP_STRATEGIES = (ChunkStrategy("one"), ChunkStrategy("special"), ChunkStrategy("rand", seed=1))
 HTTP_PER_CHARACTER = (ChunkStrategy("token"), ChunkStrategy("char", seed=1))
 
-# These tests are about the split. The loop guard has its own (tests/test_loop_*): left on, it cuts the
-# suite's tool calls that write a file of numbered, identical lines (its known false positive).
-NO_GUARD = LoopGuardConfig(enabled=False)
-SPLIT_ONLY = SamplingConfig(loop_guard=NO_GUARD)
+# With the default sampling, loop guard on: the suite's texts repeat legitimately (its tool calls write files
+# of numbered, identical lines), and a guard that cut them would fail the split's checks here.
+SAMPLING = SamplingConfig()
 
 
 def http_cuts(fx: Fixture) -> dict[str, list[str]]:
@@ -231,7 +230,7 @@ def test_remote_engine(fx: Fixture, variant: str, sse_server: ScriptedSseServer,
         sse_server.scripts[key] = [{"content": d} for d in deltas] if variant == "content" else server_split(fx, deltas)
         events: list[EngineEvent] = []
         engine.loop_thread.submit(engine.stream_to(events.append, [{"role": "user", "content": key}],
-                                                   changed(SPLIT_ONLY, thinking=thinking_on(fx)), "r")).result(30)
+                                                   changed(SAMPLING, thinking=thinking_on(fx)), "r")).result(30)
         by_cut[cut] = finished_panes(events)
     check(fx, same_for_every_cut(fx, by_cut))
 
@@ -241,7 +240,7 @@ def api_server() -> Iterator[tuple[ScriptedEngineDouble, str, str]]:
     engine = ScriptedEngineDouble()
     engine.loop_thread.submit(engine.start(EngineConfig())).result(10)
     token = new_token()
-    server = LocalApiServer(engine, token, port=0, sampling=SPLIT_ONLY)
+    server = LocalApiServer(engine, token, port=0, sampling=SAMPLING)
     url = engine.loop_thread.submit(server.start()).result(10)
     yield engine, url, token
     engine.loop_thread.submit(server.stop()).result(10)

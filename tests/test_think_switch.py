@@ -14,7 +14,7 @@ from app.core.keystore import new_token
 from app.core.model_families import model_family
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.api_server import LocalApiServer
-from app.engine.base import Message
+from app.engine.base import Message, Resume
 from app.engine.events import EngineEvent
 from app.engine.scripted import Script, ScriptedEngineDouble
 
@@ -27,9 +27,9 @@ class RecordingDouble(ScriptedEngineDouble):
         self.samplings: list[SamplingConfig] = []
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None,
-                 *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
+                 *, ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
         self.samplings.append(sampling)
-        return super().generate(messages, sampling, request_id, ignore_eos=ignore_eos)
+        return super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
 
 
 def test_the_switch_is_per_chat_stored_and_sent(qtbot, make_window) -> None:

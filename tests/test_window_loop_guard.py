@@ -48,15 +48,21 @@ def test_an_answer_loop_is_cut_after_its_first_copy_and_not_sent_back_in_full(qt
     assert engine.requests[-1][1] == {"role": "assistant", "content": finished.answer_text}
 
 
-def test_continue_anyway_answers_again_with_the_guard_only_warning(qtbot, make_window) -> None:
+def test_continue_anyway_goes_on_from_the_cut_with_the_guard_off(qtbot, make_window) -> None:
+    going_on = [" So", " the", " pens", " cost", " 21", " dollars."] + PASSAGE * 40 + ["</think>", "29 dollars."]
     engine = ScriptedEngineDouble([Script(LOOPING_THINKING, tokens_per_second=4000),
-                                   Script(LOOPING_THINKING, tokens_per_second=4000)])
+                                   Script(going_on, tokens_per_second=4000)])
     window = make_window(engine, BUDGETS)
     wait_ready(qtbot, window)
     send(qtbot, window)
+    kept = "".join(INTRO).rstrip()
     with qtbot.waitSignal(window.reply_finished, timeout=20_000) as blocker:
         window.thinking_pane.continue_button.click()
     finished = blocker.args[0]
-    assert [loop.outcome for loop in finished.loops] == ["warned"]
-    assert finished.thinking_text == "".join(INTRO + PASSAGE * 40).rstrip()  # nothing cut
+    assert engine.resumes[-1] is not None and engine.resumes[-1].thinking == kept
+    assert finished.loops == ()  # the guard is off for this reply: nothing cut
+    assert finished.thinking_text == kept + "".join(going_on[:-2]).rstrip()
+    assert window.thinking_pane.text() == finished.thinking_text  # the kept trace, then what followed it
+    assert window.answer_pane.text() == "29 dollars." and not window.thinking_pane.loop_note.isVisibleTo(
+        window.thinking_pane)
     assert len(window.conversation.turns) == 1

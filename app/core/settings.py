@@ -73,6 +73,9 @@ class LoopGuardConfig(BaseModel):
                               description="Word-trigram Jaccard at which two sentences count as the same.")
     similar_segments: int = Field(3, ge=2, le=50, description="Near-duplicate sentences that make a loop.")
     segment_window: int = Field(12, ge=2, le=200, description="How many recent sentences are compared.")
+    list_item_copies: int = Field(
+        16, ge=2, le=200, description="Near-duplicate list items (lines opening with 1., -, Step 3:) that make a "
+                                      "loop: a list's lines may share one template and differ only in numbers.")
     resample_temperature: float = Field(
         0.9, ge=0.0, le=2.0, description="Temperature of a resample (at least this, and above the current one).")
     max_resamples: int = Field(2, ge=0, le=10, description="Resamples per reply before the guard concludes.")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from app.core.conversation import Message
 from app.core.settings import EngineConfig, SamplingConfig
@@ -14,10 +15,24 @@ from app.engine.loop_thread import EngineLoopThread
 EventSink = Callable[[EngineEvent], None]
 
 
+@dataclass(frozen=True)
+class Resume:
+    """A reply the loop guard cut, to go on with ("Continue anyway"): the text kept so far.
+
+    ``phase`` is where it goes on: "thinking" (the kept thinking; any answer is written anew) or
+    "answer" (after the kept thinking and answer). The new reply's texts start with the kept ones.
+    """
+
+    phase: Literal["thinking", "answer"]
+    thinking: str
+    answer: str = ""
+
+
 class EngineBase:
     """Owns the engine loop thread. Subclasses implement start/generate/abort/shutdown."""
 
     backend_name = "local"  # recorded with each reply: "local" or a remote profile's name
+    can_resume = False  # generate() can go on with a cut reply (``resume``); else it answers anew
 
     def __init__(self, on_status: EventSink | None = None) -> None:
         self.loop_thread = EngineLoopThread()
@@ -33,8 +48,8 @@ class EngineBase:
     async def start(self, config: EngineConfig) -> EngineReady:
         raise NotImplementedError
 
-    def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                 request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
+    def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                 ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
         raise NotImplementedError
 
     async def abort(self, request_id: str) -> None:
@@ -51,10 +66,11 @@ class EngineBase:
         return False
 
     async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
-                        request_id: str, *, ignore_eos: bool = False) -> Finished | None:
+                        request_id: str, *, ignore_eos: bool = False, resume: Resume | None = None) -> Finished | None:
         """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
         last: Finished | None = None
-        async with contextlib.aclosing(self.generate(messages, sampling, request_id, ignore_eos=ignore_eos)) as events:
+        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
+        async with contextlib.aclosing(replies) as events:
             async for event in events:
                 sink(event)
                 if isinstance(event, Finished):

@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message
+from app.engine.base import EngineBase, EventSink, Message, Resume
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
     AnswerDelta,
@@ -163,8 +163,9 @@ class FailoverEngine(EngineBase):
         if engine is not None:
             engine.request_answer_now(request_id)
 
-    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """``resume`` is not supported (can_resume is False): the caller asks anew."""
         rid = request_id or uuid.uuid4().hex[:12]
         try:
             reason = ""

@@ -27,7 +27,7 @@ from app.core.model_families import PLAIN, model_family
 from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, cpu_runtime, import_warmup, trimming, vllm_logging
-from app.engine.base import EngineBase, EventSink, Message
+from app.engine.base import EngineBase, EventSink, Message, Resume
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
     ContextTrimmed,
@@ -142,6 +142,8 @@ def check_model_path(model: str) -> Path | None:
 
 class EngineHost(EngineBase):
     """The in-process vLLM engine. Construct on any thread; its coroutines run on ``loop_thread``."""
+
+    can_resume = True
 
     def __init__(self, on_status: EventSink | None = None) -> None:
         super().__init__(on_status)
@@ -341,12 +343,13 @@ class EngineHost(EngineBase):
         return trimming.fit_prompt(self._tokenizer, messages, limit=self.ready.max_model_len, reserve=reserve,
                                    opened_think=opened_think, template_kwargs=switch)
 
-    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
         """Stream one reply: thinking and answer deltas, metrics, then exactly one Finished.
 
         ``ignore_eos`` is for benchmarks that need a fixed number of tokens. ``NALAR_IGNORE_EOS=1`` sets it
         for a whole app process: tests that act mid-reply need replies as long on a fast machine as a slow one.
+        ``resume`` goes on with a reply the loop guard cut, after its kept text (prefix caching keeps it cheap).
         """
         rid = request_id or uuid.uuid4().hex[:12]
         ignore_eos = ignore_eos or os.environ.get(IGNORE_EOS_ENV) == "1"
@@ -354,7 +357,7 @@ class EngineHost(EngineBase):
             if not self.is_ready:
                 raise EngineFailure(FailureKind.NOT_READY, "The engine is not running.",
                                     "Wait for the model to load, or restart the engine.")
-            async for event in self._generate(list(messages), sampling, rid, ignore_eos):
+            async for event in self._generate(list(messages), sampling, rid, ignore_eos, resume):
                 yield event
         except EngineFailure as failure:
             yield EngineErrorEvent(rid, failure)
@@ -376,7 +379,7 @@ class EngineHost(EngineBase):
         return renderer.render_cmpl([prompt])[0]
 
     async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str,
-                        ignore_eos: bool) -> AsyncGenerator[EngineEvent, None]:
+                        ignore_eos: bool, resume: Resume | None) -> AsyncGenerator[EngineEvent, None]:
         """One reply in at most two vLLM requests.
 
         1. Think phase: the chat prompt (with ``<think>`` opened when thinking is on) as one request.
@@ -391,6 +394,9 @@ class EngineHost(EngineBase):
         request and, by the guard's action, starts it again from the loop's start a little hotter
         (resample), goes to phase 2 with the thinking kept up to the loop (conclude), or ends the
         reply (stop). A loop in the answer ends the reply after the loop's first copy.
+
+        A resumed reply starts phase 1 after the kept thinking, or goes straight to phase 2 after the
+        kept thinking and answer.
 
         Then exactly one Finished (stop, length, loop, abort, or error with the partial reply kept).
         """
@@ -416,11 +422,20 @@ class EngineHost(EngineBase):
                         kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling),
             sampling, prompt_ids, budget, ignore_eos, can_conclude=thinking_on)
         stream = reply.stream
+        close_ids = self._encode(FORCED_THINK_CLOSE)
+        if resume is not None:
+            reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
+            stream.resume_from(resume, len(reply.generated_ids))
         try:
-            async for event in self._think_phase(reply, splitter):
-                yield event
-            if reply.finish not in ("abort", "loop") and thinking_on and (reply.forced_close or splitter.in_thinking):
-                close_ids = list(self._tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
+            if resume is not None and resume.phase == "answer":
+                answer_prompt = prompt_ids + reply.generated_ids + (close_ids if thinking_on else [])
+                async for event in self._answer_phase(reply, answer_prompt + self._encode(resume.answer)):
+                    yield event
+            else:
+                async for event in self._think_phase(reply, splitter):
+                    yield event
+            if (reply.finish not in ("abort", "loop") and thinking_on and (resume is None or resume.phase == "thinking")
+                    and (reply.forced_close or splitter.in_thinking)):
                 answer_prompt = prompt_ids + reply.generated_ids + close_ids
                 if reply.room(len(answer_prompt)) > 1:
                     async for event in self._answer_phase(reply, answer_prompt):
@@ -443,6 +458,9 @@ class EngineHost(EngineBase):
             return
         for event in stream.finished(reply.finish):
             yield event
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []
 
     def _params(self, reply: _LocalReply, max_tokens: int) -> Any:
         from vllm import SamplingParams

@@ -9,6 +9,11 @@ Two signs of a loop, checked every ``check_every_tokens`` once the reply has ``s
   with numbers masked, whose Jaccard reaches ``similarity`` for ``similar_segments`` of the last
   ``segment_window`` sentences of ``segment_min_chars`` or more.
 
+Lists repeat legitimately. Items (lines that open with ``-``, ``3.`` or ``Step 3:``) that share one
+template need ``list_item_copies``; numbered lines that count on (item 7 the same as item 6) are a
+listing, not a loop (a file written line by line, steps of a method), and are not counted at all: a
+loop repeats itself, a list counts on. A loop that counts is left to the token budgets.
+
 Token ids are what the detector compares; a backend without ids (a remote server) passes one key
 per chunk. It also maps tokens to characters of the phase's text, so a loop can be cut out.
 """
@@ -24,9 +29,12 @@ from typing import Literal
 
 from app.core.settings import LoopGuardConfig
 
-_BOUNDARY = re.compile(r"\n|(?<=[.!?:;])\s")
+_BOUNDARY = re.compile(r"\n|\\n|(?<=[.!?:;])\s")  # a JSON string's escaped newline ends a line too
 _WORD = re.compile(r"[^\W\d_]+|\d+(?:[.,]\d+)*")
 MIN_WORDS = 5  # a sentence of fewer letter words (a row of figures, a rule) is not compared
+# A line that opens a list item: a bullet, "3.", "(b)", "Step 4:", "line 012:"; ``n`` is its number.
+_LIST_ITEM = re.compile(r"\s*(?:[-*+•]|\(?(?P<n>\d{1,4})[.):]|\(?[a-zA-Z][.)]|"
+                        r"[A-Za-z]{2,12} (?P<m>\d{1,4})\s*[:.)-])\s")
 _CODE_SYMBOLS = frozenset("()[]{}=_<>*/+|&%#@$;")
 CODE_SYMBOL_SHARE = 0.08  # more symbols than this: code or markup, left to the exact check
 
@@ -50,6 +58,8 @@ class _Segment:
     end_char: int
     start_token: int
     grams: frozenset[tuple[str, str, str]]
+    list_item: bool
+    number: int | None  # the list item's number
     checked: bool = False
 
 
@@ -77,7 +87,9 @@ class LoopDetector:
         self._pending = ""  # text since the last sentence boundary
         self._pending_start = (0, 0)  # (char, token) where the pending text began
         self.chars = 0  # length of the phase text so far
-        self._segments: deque[_Segment] = deque(maxlen=config.segment_window)
+        self._segments: deque[_Segment] = deque(maxlen=max(config.segment_window, config.list_item_copies))
+        self._line_start = True  # the pending text opens a line
+        self._list_item: tuple[bool, int | None] = (False, None)  # the current line opens a list item; its number
         self._next_check = 0
 
     @property
@@ -149,18 +161,24 @@ class LoopDetector:
         while (match := _BOUNDARY.search(self._pending)) is not None:
             segment, self._pending = self._pending[:match.end()], self._pending[match.end():]
             start_char, start_token = self._pending_start
+            if self._line_start:
+                item = _LIST_ITEM.match(segment)
+                number = item and (item.group("n") or item.group("m"))
+                self._list_item = (item is not None, int(number) if number else None)
             self._close_segment(segment, start_char, start_token)
+            self._line_start = segment.endswith(("\n", "\\n"))
             self._pending_start = (start_char + len(segment), token)
 
     def _close_segment(self, text: str, start_char: int, start_token: int) -> None:
         body = text.strip()
         if len(body) < self.config.segment_min_chars:
-            return
+            return  # too short to judge (a list marker of its own, "Step 3:", goes with the next sentence)
+        list_item, self._list_item = self._list_item, (False, None)  # the item is its line's first sentence
         if sum(ch in _CODE_SYMBOLS for ch in body) > CODE_SYMBOL_SHARE * len(body):
             return  # a line of code: parallel lines (add/sub/mul) look alike legitimately
         grams = trigrams(text)
         if grams:
-            self._segments.append(_Segment(start_char, start_char + len(text), start_token, grams))
+            self._segments.append(_Segment(start_char, start_char + len(text), start_token, grams, *list_item))
 
     def _drift(self) -> Loop | None:
         segments = list(self._segments)
@@ -168,8 +186,13 @@ class LoopDetector:
             if newest.checked:
                 continue
             newest.checked = True
-            similar = [s for s in segments[:index] if jaccard(s.grams, newest.grams) >= self.config.similarity]
-            if len(similar) + 1 < self.config.similar_segments:
+            need, window = ((self.config.list_item_copies, self.config.list_item_copies) if newest.list_item
+                            else (self.config.similar_segments, self.config.segment_window))
+            similar = [s for s in segments[max(0, index + 1 - window):index]
+                       if jaccard(s.grams, newest.grams) >= self.config.similarity]
+            if newest.number is not None and any(s.number == newest.number - 1 for s in similar):
+                continue  # a numbered list counting on
+            if len(similar) + 1 < need:
                 continue
             first, second = similar[0], (similar[1] if len(similar) > 1 else newest)
             copies = len(similar) + 1

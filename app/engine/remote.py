@@ -23,7 +23,7 @@ from openai import AsyncOpenAI
 
 from app.core.model_families import model_family
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message
+from app.engine.base import EngineBase, EventSink, Message, Resume
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, EngineReady, FinishReason
 from app.engine.reasoning import RemoteReplySplitter, Split, think_start_for_model
@@ -173,8 +173,9 @@ class RemoteEngine(EngineBase):
         """A remote server can't be told to stop thinking mid-stream; the reply goes on."""
         log.info("answer-now is not supported by remote profile %s", self.profile.name)
 
-    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """``resume`` is not supported (can_resume is False): the caller asks anew."""
         rid = request_id or uuid.uuid4().hex[:12]
         ready = self.ready
         stream = ReplyStream(rid, max_model_len=ready.max_model_len if ready else 0, sampling=sampling)

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message
+from app.engine.base import EngineBase, EventSink, Message, Resume
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
 from app.engine.reasoning import THINK_CLOSE, ThinkStart, ThinkTagSplitter
@@ -40,6 +40,8 @@ class Script:
 class ScriptedEngineDouble(EngineBase):
     """Replays queued ``Script``s; ``start`` succeeds after ``load_seconds`` unless ``start_failure`` is set."""
 
+    can_resume = True
+
     def __init__(self, scripts: Sequence[Script] = (), *, load_seconds: float = 0.0,
                  start_failure: EngineFailure | None = None, kv_capacity_tokens: int = 46_592,
                  on_status: EventSink | None = None) -> None:
@@ -50,6 +52,7 @@ class ScriptedEngineDouble(EngineBase):
         self.kv_capacity_tokens = kv_capacity_tokens
         self.starts: list[EngineConfig] = []
         self.requests: list[list[Message]] = []
+        self.resumes: list[Resume | None] = []  # each request's ``resume``
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
         self.config: EngineConfig | None = None
@@ -80,10 +83,12 @@ class ScriptedEngineDouble(EngineBase):
     def request_answer_now(self, request_id: str) -> None:
         self.loop_thread.call_soon(self._answer_now.add, request_id)
 
-    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig,
-                       request_id: str | None = None, *, ignore_eos: bool = False) -> AsyncGenerator[EngineEvent, None]:
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """With ``resume``, the script is what the model writes after the kept text (in ``resume.phase``)."""
         rid = request_id or uuid.uuid4().hex[:12]
         self.requests.append(list(messages))
+        self.resumes.append(resume)
         if self.ready is None:
             failure = EngineFailure(FailureKind.NOT_READY, "The engine is not running.", "Restart the engine.")
             yield EngineErrorEvent(rid, failure)
@@ -92,7 +97,8 @@ class ScriptedEngineDouble(EngineBase):
         script = self.scripts.pop(0) if self.scripts else Script(["<think>scripted thought</think>", "scripted answer"])
         if script.trimmed_messages:
             yield ContextTrimmed(rid, script.trimmed_messages)
-        splitter = ThinkTagSplitter(start=script.think_start, prompt_opened_think=script.prompt_opened_think)
+        start = script.think_start if resume is None else "open" if resume.phase == "thinking" else "closed"
+        splitter = ThinkTagSplitter(start=start, prompt_opened_think=script.prompt_opened_think)
         interval = 1.0 / script.tokens_per_second
         prompt_tokens = sum(len(m["content"].split()) for m in messages)
         capacity = self.kv_capacity_tokens
@@ -102,6 +108,8 @@ class ScriptedEngineDouble(EngineBase):
 
         stream = ReplyStream(rid, prompt_tokens=prompt_tokens, max_model_len=self.ready.max_model_len,
                              kv_capacity_tokens=capacity, kv=kv, sampling=sampling)
+        if resume is not None:
+            stream.resume_from(resume)
         reason: FinishReason = "stop"
         next_at = time.perf_counter()
         skip_thinking = False  # the guard concluded: the script's remaining thinking is not played

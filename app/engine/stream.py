@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from app.core.settings import SamplingConfig
+from app.engine.base import Resume
 from app.engine.errors import EngineFailure
 from app.engine.events import (
     AnswerDelta,
@@ -100,6 +101,13 @@ class ReplyStream:
         self.resamples = 0
 
     # ---- feeding ---------------------------------------------------------------------------
+
+    def resume_from(self, resume: Resume, thinking_tokens: int = 0) -> None:
+        """The reply goes on after a cut one's kept text: its texts start with it (no events: the UI has it).
+        ``thinking_tokens``: the kept thinking's, which the think budget covers too."""
+        self.rates["thinking"].tokens = thinking_tokens
+        self.texts.thinking[:] = [resume.thinking] if resume.thinking else []
+        self.texts.answer[:] = [resume.answer] if resume.phase == "answer" and resume.answer else []
 
     def step(self, phase: Phase, part: Split, tokens: int | Sequence[int],
              now: float | None = None) -> list[EngineEvent]:

@@ -15,7 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, Message
+from app.engine.base import EngineBase, Message, Resume
 from app.engine.events import (
     AnswerDelta,
     BackendChosen,
@@ -132,8 +132,8 @@ class EngineBridge(QObject):
         return ready
 
     async def generate(self, messages: list[Message], sampling: SamplingConfig, request_id: str,
-                       *, ignore_eos: bool = False) -> Finished | None:
-        stream = self.engine.stream_to(self.post, messages, sampling, request_id, ignore_eos=ignore_eos)
+                       *, ignore_eos: bool = False, resume: Resume | None = None) -> Finished | None:
+        stream = self.engine.stream_to(self.post, messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
         return await on_engine(self.engine.loop_thread, stream)
 
     async def abort(self, request_id: str) -> None:

@@ -16,6 +16,7 @@ from app.core.conversation import Conversation, Turn
 from app.core.history import HistoryStore
 from app.core.model_families import model_family, sampling_warning
 from app.core.settings import SamplingConfig, changed
+from app.engine.base import Resume
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import BackendChosen, EngineErrorEvent, Finished, LoopDetected, Metrics
 from app.ui.conversation_list import ConversationListModel
@@ -50,6 +51,8 @@ class ChatSession(QObject):
         self._thinking: list[str] = []
         self._answer: list[str] = []
         self._answer_started = False
+        self._last_loops: dict[int | None, tuple[LoopDetected, ...]] = {}  # message id: what the guard did in its reply
+        self._continued_after = ""  # the cut reply's loop record, while Continue anyway streams
         self._partial_timer = QTimer(self)
         self._partial_timer.setInterval(PARTIAL_SAVE_MS)
         self._partial_timer.timeout.connect(self.save_partial)
@@ -144,24 +147,46 @@ class ChatSession(QObject):
 
     @asyncSlot()
     async def continue_past_loop(self) -> None:
-        """The repetition was wanted: answer the last message again with the loop guard only warning."""
+        """The repetition was wanted: go on with the reply the guard cut, with the guard off for it.
+
+        The reply goes on from where it was cut (the kept thinking after a thinking loop, the kept
+        answer after an answer loop). An engine that can't resume (a remote server), or a reply with
+        no cut, is answered again instead, with the guard off."""
         conversation = self.conversation
         if self.streaming or not conversation.turns or not self.controller.engine_ready:
             return
-        conversation.turns[-1] = Turn(user=conversation.turns[-1].user)
-        await self._run_reply(conversation, self.controller.settings.sampling.with_loop_guard(action="warn"))
+        turn = conversation.turns[-1]
+        resume = self.resume_point(turn) if self.controller.bridge.engine.can_resume else None
+        self._continued_after = turn.loop_guard or "a loop"
+        if resume is None:
+            conversation.turns[-1] = Turn(user=turn.user)
+        await self._run_reply(conversation, self.controller.settings.sampling.with_loop_guard(enabled=False), resume)
 
-    async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None) -> None:
+    def resume_point(self, turn: Turn) -> Resume | None:
+        """Where the last reply can go on, if the loop guard cut it (this session saw it finish)."""
+        cut = [loop for loop in self._last_loops.get(turn.message_id, ()) if loop.outcome != "warned"]
+        if not cut:
+            return None
+        phase = cut[-1].phase
+        return Resume(phase, turn.thinking, turn.answer if phase == "answer" else "")
+
+    async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None,
+                         resume: Resume | None = None) -> None:
         bridge = self.controller.bridge
         request_id = uuid.uuid4().hex[:12]
         self.current_request = request_id
         self._answer_started = False
         self._thinking, self._answer = [], []
         turn = conversation.turns[-1]
+        self._last_loops.pop(turn.message_id, None)
         ready = bridge.ready
         turn.model, turn.kv_cache_dtype = (ready.model, ready.kv_cache_dtype) if ready else ("", "")
         turn.backend = bridge.engine.backend_name
         self.reply_started.emit(conversation)
+        if resume is not None:  # the panes show the kept text again; the engine's deltas go on after it
+            self._on_thinking_delta(request_id, resume.thinking)
+            if resume.phase == "answer":
+                self._on_answer_delta(request_id, resume.answer)
         self.backend_changed.emit(turn.backend)
         self.history.start_turn(conversation, turn)
         self._partial_timer.start()
@@ -171,7 +196,7 @@ class ChatSession(QObject):
             sampling = changed(sampling or self.controller.settings.sampling, thinking=conversation.thinking)
             if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
                 self.notice.emit(warning)
-            await bridge.generate(conversation.messages(), sampling, request_id)
+            await bridge.generate(conversation.messages(), sampling, request_id, resume=resume)
         except Exception as exc:  # the engine thread itself failed: still end the turn cleanly
             log.exception("generation crashed")
             bridge.post(EngineErrorEvent(request_id, EngineFailure(
@@ -227,6 +252,11 @@ class ChatSession(QObject):
         turn = self.conversation.turns[-1]
         turn.thinking, turn.answer, turn.finish_reason = finished.thinking_text, finished.answer_text, finished.reason
         turn.loop_guard = "\n".join(loop.summary() for loop in finished.loops)
+        if self._continued_after:  # what was cut stays on record, with what the user chose
+            turn.loop_guard = "\n".join(filter(None, [self._continued_after, "continued anyway, guard off",
+                                                       turn.loop_guard]))
+            self._continued_after = ""
+        self._last_loops[turn.message_id] = finished.loops
         if finished.metrics is not None:
             m = finished.metrics
             turn.thinking_tokens, turn.answer_tokens, turn.ttft_s = m.thinking_tokens, m.answer_tokens, m.ttft_s

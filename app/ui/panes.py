@@ -55,7 +55,7 @@ class ThinkingPane(QFrame):
         self.loop_note.setWordWrap(True)
         self.loop_note.setStyleSheet("color: #8a5300;")
         self.continue_button = QPushButton("Continue anyway")
-        self.continue_button.setToolTip("Answer again with the loop guard only warning")
+        self.continue_button.setToolTip("Go on from where the loop guard cut, with the guard off for this reply")
         self.continue_button.clicked.connect(self.continue_anyway)
         top = QHBoxLayout()
         top.addWidget(self.header, 1)
