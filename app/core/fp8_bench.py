@@ -247,7 +247,7 @@ def table_rows(report: Fp8Report) -> list[list[str]]:
         for row in run.depths:
             rows.append([dtype, f"{row.depth:,}", fmt(row.ttft_s, ".0f", 1000), fmt(row.ms_per_token, ".2f"),
                          fmt(row.tok_s, ".1f"), fmt(row.floor_ms_per_token, ".2f"),
-                         fmt(row.measured_over_floor, ".1f") + "×"])
+                         "–" if row.measured_over_floor is None else f"{row.measured_over_floor:.1f}×"])
     return rows
 
 
