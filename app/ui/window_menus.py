@@ -4,6 +4,7 @@ controller), never the window's internals."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,8 +44,8 @@ class WindowMenus(QObject):
                                 self._action("Measure &FP8…", lambda: self.open_measure_dialog())])
         window.menuBar().addMenu("&Help").addAction(self._action("Open &log folder", self.open_log_folder))
 
-    def _action(self, text: str, slot: object, shortcut: QKeySequence | QKeySequence.StandardKey | None = None
-                ) -> QAction:
+    def _action(self, text: str, slot: Callable[[], object],
+                shortcut: QKeySequence | QKeySequence.StandardKey | None = None) -> QAction:
         action = QAction(text, self.window)
         if shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
