@@ -28,8 +28,8 @@ import sys, time
 from app.commands.jobs import Job, JobCancelled, JobFailed, run_job
 
 def work(job):
-    job.writer.progress(0.1, "working")
     print("library chatter on fd 1", flush=True)
+    job.writer.progress(0.1, "working")
     if sys.argv[1] == "fail":
         raise JobFailed("The folder is missing.", "Choose another folder.")
     if sys.argv[1] == "crash":
