@@ -47,7 +47,7 @@ def test_engine_core_and_commands_never_import_qt(layer: str) -> None:
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     offenders = [line for line in result.stdout.splitlines()
-                 if line.split(":")[0] not in QT_ALLOWED.get(layer, set())]
+                 if line and line.split(":")[0] not in QT_ALLOWED.get(layer, set())]
     assert offenders == [], result.stdout
 
 

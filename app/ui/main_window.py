@@ -82,7 +82,8 @@ class MainWindow(QMainWindow):
         controls = self.controls
         self.send_button, self.think_switch, self.stop_button = (controls.send_button, controls.think_switch,
                                                                  controls.stop_button)
-        self.answer_now_button, self.regenerate_button = controls.answer_now_button, controls.regenerate_button
+        self.answer_now_button, self.regenerate_button, self.copy_button = (
+            controls.answer_now_button, controls.regenerate_button, controls.copy_button)
 
         center = QWidget()
         center_layout = QVBoxLayout(center)
@@ -107,7 +108,7 @@ class MainWindow(QMainWindow):
         self.status_label, self.api_label = self.status_bar.status_label, self.status_bar.api_label
 
     def _connect(self) -> None:
-        bridge, controller, session, controls = self.bridge, self.controller, self.session, self.controls
+        bridge, controller, session = self.bridge, self.controller, self.session
         bridge.status_changed.connect(self.on_status)
         bridge.engine_ready.connect(self.on_engine_ready)
         bridge.metrics_updated.connect(self.gauges.update_metrics)
@@ -136,7 +137,7 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(session.stop)
         self.answer_now_button.clicked.connect(session.answer_now)
         self.regenerate_button.clicked.connect(self.regenerate)
-        controls.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.answer_pane.text()))
+        self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.answer_pane.text()))
         self.banner.action_clicked.connect(controller.retry)
         lst = self.conversation_list
         lst.new_button.clicked.connect(self.new_conversation)
