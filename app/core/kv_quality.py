@@ -368,16 +368,3 @@ def advise(report: QualityReport, fp8_runs_here: bool, unsupported_reason: str |
         return Advice("fp8_e4m3", "medium" if confidence == "high" else "low",
                       f"{figures}: usable when you need the context, with some drift in long reasoning.{tip}")
     return Advice("auto", confidence, f"{figures}: too much drift; keep the KV cache at the model's precision.{tip}")
-
-
-def format_report(report: QualityReport) -> str:
-    lines = [f"KV quality check: {report.model}",
-             f"{report.prompts} prompts × {report.tokens_per_prompt} tokens, teacher-forced, "
-             f"{report.seconds:.0f} s",
-             f"{'KV cache':12s} {'scales':11s} {'top-1 agreement':>16s} {'mean KL/token':>14s}",
-             f"{'unrounded':12s} {'-':11s} {'100.0%':>16s} {0.0:>14.4f}"]
-    for r in report.results:
-        lines.append(f"{r.kv_dtype.replace('fp8_', '').upper():12s} {r.scales:11s} "
-                     f"{r.top1_agreement:>16.1%} {r.mean_kl:>14.4f}")
-    return "\n".join(lines)
-

@@ -296,6 +296,19 @@ def sweep_to_dict(sweep: DtypeSweep, target_label: str) -> dict[str, Any]:
             "rows": [row_to_dict(r) for r in sweep.rows], "sentence": sentence(sweep, target_label)}
 
 
+def sweep_from_dict(data: dict[str, Any]) -> DtypeSweep:
+    """A sweep read back from its JSON (the dialog's side of the job line): the knees are derived again."""
+    skip = {"kv_saturated"}
+    rows = tuple(RowResult(row["context_tokens"],
+                           tuple(CellResult(context_tokens=row["context_tokens"],
+                                            **{k: v for k, v in cell.items() if k not in skip})
+                                 for cell in row["cells"]),
+                           tuple(row["targets_ms"]), row["predicted_kv_knee"]) for row in data.get("rows", []))
+    return DtypeSweep(data["kv_cache_dtype"], data["supported"], data.get("reason"),
+                      data.get("kv_capacity_tokens", 0), data.get("predicted_capacity_tokens"),
+                      data.get("block_size", 0), data.get("load_seconds", 0.0), rows)
+
+
 def series_to_dict(series: CellSeries) -> dict[str, Any]:
     return {"context_tokens": series.context_tokens, "concurrency": series.concurrency,
             "samples": [[round(s.t, 4), round(s.kv_usage, 4), s.running, s.waiting, s.preempted]

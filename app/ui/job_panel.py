@@ -19,7 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 from qasync import asyncSlot
 
 from app.core.job_lines import JobLine, parse_job_line
@@ -30,6 +40,24 @@ CANCEL_GRACE_S = 15.0  # the bench closes its engine on SIGTERM; vLLM's own shut
 
 def app_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "app", *args]
+
+
+def report_table(headers: list[str]) -> QTableWidget:
+    """A read-only table for a job's report rows (the row builders are in app/core, shared with the terminal)."""
+    table = QTableWidget(0, len(headers))
+    table.setHorizontalHeaderLabels(headers)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.verticalHeader().hide()
+    table.horizontalHeader().setStretchLastSection(True)
+    return table
+
+
+def fill_table(table: QTableWidget, rows: list[list[str]]) -> None:
+    table.setRowCount(len(rows))
+    for r, row in enumerate(rows):
+        for c, value in enumerate(row):
+            table.setItem(r, c, QTableWidgetItem(value))
+    table.resizeColumnsToContents()
 
 
 class JobProcess(QObject):

@@ -11,49 +11,35 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import (
-    QFileDialog,
-    QHBoxLayout,
-    QInputDialog,
-    QLabel,
-    QMainWindow,
-    QMessageBox,
-    QPushButton,
-    QSplitter,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QCloseEvent, QGuiApplication
+from PySide6.QtWidgets import QInputDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
-from app.core import paths
 from app.core.conversation import Conversation
-from app.core.history import HistoryStore, export_json, export_markdown
+from app.core.history import HistoryStore
 from app.core.keystore import KeyStore
 from app.core.model_families import model_family
 from app.core.settings import EngineConfig, Settings
 from app.engine.base import EngineBase
-from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineReady, Finished, LoopDetected, StatusChanged
 from app.ui.chat_session import ChatSession
 from app.ui.chat_view import ChatView
 from app.ui.conversation_list import ConversationList
 from app.ui.engine_controller import EngineController
 from app.ui.gauges import GaugeBar
-from app.ui.measure_dialog import MeasureDialog
 from app.ui.panes import ErrorBanner, PromptEdit
-from app.ui.settings_dialog import SettingsDialog
+from app.ui.reply_controls import ReplyControls
 from app.ui.status_bar import EngineStatusBar
-from app.ui.think_switch import ThinkSwitch
-from app.ui.welcome_dialog import WelcomeDialog
+from app.ui.window_menus import WindowMenus
 
 if TYPE_CHECKING:
     from app.ui.bridge import EngineBridge
+    from app.ui.measure_dialog import MeasureDialog
+    from app.ui.settings_dialog import SettingsDialog
+    from app.ui.welcome_dialog import WelcomeDialog
 
 log = logging.getLogger(__name__)
-RESTARTABLE = (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGINE_START_FAILED,
-               FailureKind.UNREACHABLE, FailureKind.TIMEOUT)
 
 
 class MainWindow(QMainWindow):
@@ -69,9 +55,8 @@ class MainWindow(QMainWindow):
         self.controller = EngineController(engine, settings, keys or KeyStore(),
                                            busy=lambda: self.session.streaming, parent=self)
         self.session = ChatSession(self.controller, history or HistoryStore(), self)
-        self.measure_dialog: MeasureDialog | None = None
         self._build_widgets()
-        self._build_menus()
+        self.menus = WindowMenus(self)
         self._connect()
         self.session.load_history()
         self.refresh_state()
@@ -93,26 +78,18 @@ class MainWindow(QMainWindow):
         self.notice_label.setObjectName("NoticeLabel")
         self.notice_label.hide()
         self.prompt = PromptEdit()
-        self.send_button = QPushButton("Send")
-        self.think_switch = ThinkSwitch()
-        self.stop_button = QPushButton("Stop")
-        self.answer_now_button = QPushButton("Answer now")
-        self.answer_now_button.setToolTip("End thinking here and write the answer")
-        self.regenerate_button = QPushButton("Regenerate")
-        self.copy_button = QPushButton("Copy answer")
-        buttons = QHBoxLayout()
-        for button in (self.send_button, self.think_switch, self.stop_button, self.answer_now_button,
-                       self.regenerate_button, self.copy_button):
-            buttons.addWidget(button)
-        buttons.addStretch(1)
+        self.controls = ReplyControls()
+        controls = self.controls
+        self.send_button, self.think_switch, self.stop_button = (controls.send_button, controls.think_switch,
+                                                                 controls.stop_button)
+        self.answer_now_button, self.regenerate_button, self.copy_button = (
+            controls.answer_now_button, controls.regenerate_button, controls.copy_button)
 
         center = QWidget()
         center_layout = QVBoxLayout(center)
-        center_layout.addWidget(self.banner)
-        center_layout.addWidget(self.chat_view, 1)
-        center_layout.addWidget(self.notice_label)
-        center_layout.addWidget(self.prompt)
-        center_layout.addLayout(buttons)
+        for widget, stretch in ((self.banner, 0), (self.chat_view, 1), (self.notice_label, 0), (self.prompt, 0),
+                                (controls, 0)):
+            center_layout.addWidget(widget, stretch)
 
         body = QSplitter(Qt.Orientation.Horizontal)
         body.addWidget(self.conversation_list)
@@ -130,36 +107,6 @@ class MainWindow(QMainWindow):
         self.setStatusBar(self.status_bar)
         self.status_label, self.api_label = self.status_bar.status_label, self.status_bar.api_label
 
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        new_action = QAction("&New conversation", self, shortcut=QKeySequence(QKeySequence.StandardKey.New))
-        new_action.triggered.connect(self.new_conversation)
-        quit_action = QAction("&Quit", self, shortcut=QKeySequence(QKeySequence.StandardKey.Quit))
-        quit_action.triggered.connect(self.close)
-        preferences = QKeySequence(QKeySequence.StandardKey.Preferences)  # empty on Linux: Ctrl+, as Linux apps use
-        settings_action = QAction("&Settings…", self,
-                                  shortcut=QKeySequence("Ctrl+,") if preferences.isEmpty() else preferences)
-        settings_action.triggered.connect(self.open_settings)
-        export_md = QAction("Export conversation as &Markdown…", self)
-        export_md.triggered.connect(lambda: self.export_conversation("md"))
-        export_json = QAction("Export conversation as &JSON…", self)
-        export_json.triggered.connect(lambda: self.export_conversation("json"))
-        file_menu.addActions([new_action, settings_action, export_md, export_json, quit_action])
-        engine_menu = self.menuBar().addMenu("&Engine")
-        self.restart_action = QAction("&Restart engine", self)
-        self.restart_action.triggered.connect(lambda: self.start_engine())
-        engine_menu.addAction(self.restart_action)
-        choose_model_action = QAction("Choose &model…", self)
-        choose_model_action.triggered.connect(lambda: self.open_model_chooser())
-        engine_menu.addAction(choose_model_action)
-        measure_action = QAction("Measure &FP8…", self)
-        measure_action.triggered.connect(lambda: self.open_measure_dialog())
-        engine_menu.addAction(measure_action)
-        help_menu = self.menuBar().addMenu("&Help")
-        logs_action = QAction("Open &log folder", self)
-        logs_action.triggered.connect(self.open_log_folder)
-        help_menu.addAction(logs_action)
-
     def _connect(self) -> None:
         bridge, controller, session = self.bridge, self.controller, self.session
         bridge.status_changed.connect(self.on_status)
@@ -168,7 +115,7 @@ class MainWindow(QMainWindow):
         bridge.notice.connect(self.show_notice)
         controller.starting.connect(self.on_engine_starting)
         controller.state_changed.connect(self.refresh_state)
-        controller.failure.connect(self.show_failure)
+        controller.failure.connect(self.banner.show_failure)
         controller.engine_stopped.connect(self.on_engine_stopped)
         controller.notice.connect(self.show_notice)
         controller.api_url_changed.connect(self.status_bar.show_api_url)
@@ -232,15 +179,12 @@ class MainWindow(QMainWindow):
         self.set_busy_state(engine_ready=self.engine_ready, streaming=self.streaming)
 
     def set_busy_state(self, *, engine_ready: bool, streaming: bool) -> None:
-        has_turns = bool(len(self.session.model) and self.conversation.turns)
         self.prompt.setEnabled(engine_ready and not streaming)
-        self.send_button.setEnabled(engine_ready and not streaming)
-        self.stop_button.setEnabled(streaming)
-        self.answer_now_button.setEnabled(streaming)
-        self.regenerate_button.setEnabled(engine_ready and not streaming and has_turns)
-        self.copy_button.setEnabled(bool(self.answer_pane.text()))
+        self.controls.set_state(engine_ready=engine_ready, streaming=streaming,
+                                has_turns=bool(len(self.session.model) and self.conversation.turns),
+                                has_answer=bool(self.answer_pane.text()))
         self.conversation_list.setEnabled(not streaming)
-        self.restart_action.setEnabled(not streaming)
+        self.menus.restart_action.setEnabled(not streaming)
 
     def on_engine_starting(self) -> None:
         self.banner.hide()
@@ -263,13 +207,6 @@ class MainWindow(QMainWindow):
         self.think_switch.show_family(model_family(ready.model))
         self.refresh_state()
         self.prompt.setFocus()
-
-    def show_failure(self, failure: EngineFailure) -> None:
-        if failure.fallback:
-            action: str | None = "Retry with " + ", ".join(f"{k} = {v}" for k, v in failure.fallback.items())
-        else:
-            action = "Restart engine" if failure.kind in RESTARTABLE else None
-        self.banner.show_problem(failure.message, failure.fix, action)
 
     def show_notice(self, text: str) -> None:
         self.notice_label.setText(text)
@@ -333,66 +270,26 @@ class MainWindow(QMainWindow):
         self.refresh_state()
         self.reply_finished.emit(finished)
 
-    # ---- dialogs -------------------------------------------------------------------------------
+    # ---- dialogs (app/ui/window_menus.py) -------------------------------------------------------
+
+    @property
+    def measure_dialog(self) -> MeasureDialog | None:
+        return self.menus.measure_dialog
 
     def open_settings(self) -> SettingsDialog:
-        dialog = SettingsDialog(self.settings, parent=self, keys=self.controller.keys)
-        dialog.applied.connect(self.apply_settings)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.open()
-        return dialog
+        return self.menus.open_settings()
 
     def open_model_chooser(self, *, first_run: bool = False) -> WelcomeDialog:
-        """The welcome dialog; a chosen model is saved and the engine restarts on it.
-
-        On first run, closing it without a choice saves and starts the embedded model, so it isn't asked again.
-        """
-        from app.engine.capability import probe_hardware
-
-        dialog = WelcomeDialog(probe_hardware(), parent=self)
-        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-
-        dialog.accepted.connect(lambda: self.apply_settings(self.settings.with_engine(**dialog.engine_update)))
-        if first_run:
-            dialog.rejected.connect(lambda: self.apply_settings(self.settings.with_engine()))
-        dialog.open()
-        return dialog
-
-    def open_measure_dialog(self) -> MeasureDialog:
-        """Non-modal; one at a time (its jobs own the machine's engine processes)."""
-        if self.measure_dialog is None:
-            self.measure_dialog = MeasureDialog(self)
-            self.measure_dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-            self.measure_dialog.destroyed.connect(lambda: setattr(self, "measure_dialog", None))
-        self.measure_dialog.show()
-        self.measure_dialog.activateWindow()
-        return self.measure_dialog
+        return self.menus.open_model_chooser(first_run=first_run)
 
     def export_conversation(self, kind: str, path: str | None = None) -> Path | None:
-        conversation = self.conversation
-        if path is None:
-            suggested = str(Path.home() / f"{conversation.title[:40] or 'conversation'}.{kind}")
-            path, _ = QFileDialog.getSaveFileName(self, "Export conversation", suggested,
-                                                  "Markdown (*.md)" if kind == "md" else "JSON (*.json)")
-            if not path:
-                return None
-        target = Path(path)
-        target.write_text(export_markdown(conversation) if kind == "md" else export_json(conversation),
-                          encoding="utf-8")
-        self.statusBar().showMessage(f"Exported to {target}", 5000)
-        return target
-
-    def open_log_folder(self) -> None:
-        folder = paths.log_dir()
-        folder.mkdir(parents=True, exist_ok=True)
-        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
+        return self.menus.export_conversation(kind, path)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Abort what streams, shut the engine down (its processes too), then close."""
         if not self.controller.closing:
             self.hide()
-            if self.measure_dialog is not None:
-                self.measure_dialog.close()  # ends its jobs' process groups
+            self.menus.close_measure_dialog()
             started = time.monotonic()
             self.session.close()
             self.controller.close()

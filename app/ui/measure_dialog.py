@@ -10,65 +10,27 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QCloseEvent, QPixmap
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QDialog,
     QLabel,
     QPushButton,
     QScrollArea,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from app.ui.job_panel import CANCEL_GRACE_S, JobPanel, JobProcess, app_command
+from app.core import fp8_bench, kv_quality_report
+from app.core.fp8_bench import Fp8Report
+from app.core.kv_quality import Advice
+from app.core.kv_quality_report import Calibration, QualityCheck, advice_text
+from app.core.kv_quality_report import table_rows as quality_rows
+from app.ui.job_panel import CANCEL_GRACE_S, JobPanel, JobProcess, app_command, fill_table, report_table
 from app.ui.saturation_tab import SaturationTab
 
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
 
 __all__ = ["CANCEL_GRACE_S", "JobPanel", "JobProcess", "MeasureDialog", "app_command"]
-
-def _table(headers: list[str]) -> QTableWidget:
-    table = QTableWidget(0, len(headers))
-    table.setHorizontalHeaderLabels(headers)
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.verticalHeader().hide()
-    table.horizontalHeader().setStretchLastSection(True)
-    return table
-
-
-def _set_rows(table: QTableWidget, rows: list[list[str]]) -> None:
-    table.setRowCount(len(rows))
-    for r, row in enumerate(rows):
-        for c, value in enumerate(row):
-            table.setItem(r, c, QTableWidgetItem(value))
-    table.resizeColumnsToContents()
-
-
-def _fmt(value: Any, spec: str, scale: float = 1.0) -> str:
-    return "–" if value is None else format(value * scale, spec)
-
-
-def quality_rows(report: dict[str, Any]) -> list[list[str]]:
-    """The unrounded reference first (by definition 100% and 0), then each FP8 variant."""
-    prompts = report.get("prompts") or 0  # kv-check reports a count; a list of prompts counts too
-    tokens = int(report.get("tokens_per_prompt") or 0) * (prompts if isinstance(prompts, int) else len(prompts))
-    rows = [["unrounded", "–", "100.0%", "0", str(tokens or "–")]]
-    for row in report.get("results", []):
-        rows.append([row["kv_dtype"], row["scales"], _fmt(row["top1_agreement"], ".1%"),
-                     _fmt(row["mean_kl"], ".4f"), str(row.get("tokens", "–"))])
-    return rows
-
-
-QUALITY_HEADERS = ["KV cache", "scales", "top-1 agreement", "mean KL per token", "tokens"]
-
-
-def advice_text(advice: dict[str, Any] | None) -> str:
-    if not advice:
-        return ""
-    return f"Advice: use {advice['kv_dtype']} (confidence: {advice['confidence']}). {advice['reason']}"
 
 
 class MeasureDialog(QDialog):
@@ -112,8 +74,7 @@ class MeasureDialog(QDialog):
         self.bench_summary = QLabel("")
         self.bench_summary.setWordWrap(True)
         self.bench_summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.bench_table = _table(["KV dtype", "context", "TTFT ms", "ms/token", "tok/s", "floor ms/token",
-                                   "measured ÷ floor"])
+        self.bench_table = report_table(fp8_bench.HEADERS)
         self.bench_plot = QLabel()
         self.bench_plot.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.bench_saved = QLabel("")
@@ -163,39 +124,19 @@ class MeasureDialog(QDialog):
     def _profile_measured(self, report: dict[str, Any]) -> None:
         self.window_.gauges.set_saturation_profile(report)
 
-    def show_bench(self, report: dict[str, Any]) -> None:
-        rows: list[list[str]] = []
-        summary = [f"Model: {report['model']} · {report['tokens_per_measurement']} decode tokens per "
-                   f"measurement · bandwidth {report['bandwidth']['gb_s']} GB/s ({report['bandwidth']['source']})"]
-        for run in report["runs"]:
-            dtype = run["kv_cache_dtype"]
-            if not run["supported"]:
-                rows.append([dtype, "not run", run["reason"], "", "", "", ""])
-                summary.append(f"{dtype}: not run on this machine: {run['reason']}")
-                continue
-            summary.append(f"{dtype}: KV capacity {run['kv_capacity_tokens']:,} tokens, max concurrency "
-                           f"{run['max_concurrency']}× at {run['max_model_len']:,} tokens")
-            rows.append([dtype, "reasoning prompts", _fmt(run["ttft_s"], ".0f", 1000), _fmt(run["ms_per_token"], ".2f"),
-                         _fmt(run["tok_s"], ".1f"), "", ""])
-            for row in run["depths"]:
-                rows.append([dtype, f"{row['depth']:,}", _fmt(row["ttft_s"], ".0f", 1000),
-                             _fmt(row["ms_per_token"], ".2f"), _fmt(row["tok_s"], ".1f"),
-                             _fmt(row["floor_ms_per_token"], ".2f"), _fmt(row["measured_over_floor"], ".1f") + "×"])
-        comparison = report.get("comparison") or {}
-        if comparison:
-            summary.append(f"{comparison['fp8']} holds {comparison['capacity_ratio']}× the tokens of auto.")
-        for asked, used in (report.get("capped_depths") or {}).items():
-            summary.append(f"Depth {int(asked):,} was capped to {used:,}: {report['capped_reason']}.")
-        _set_rows(self.bench_table, rows)
+    def show_bench(self, data: dict[str, Any]) -> None:
+        report = Fp8Report.from_dict(data)
+        rows = fp8_bench.table_rows(report)
+        fill_table(self.bench_table, rows)
         table = self.bench_table  # every row shown: the scroll area scrolls, not the table
         rows_height = sum(table.rowHeight(r) for r in range(len(rows)))
         table.setMinimumHeight(table.horizontalHeader().height() + rows_height + 6)
-        self.bench_summary.setText("\n".join(summary))
-        pixmap = QPixmap(report["png"])
+        self.bench_summary.setText("\n".join(fp8_bench.summary_lines(report)))
+        pixmap = QPixmap(report.png)
         if not pixmap.isNull():
             self.bench_plot.setPixmap(pixmap.scaledToWidth(min(760, pixmap.width()),
                                                            Qt.TransformationMode.SmoothTransformation))
-        self.bench_saved.setText(f"Saved: {report['json']}\nPlot: {report['png']}")
+        self.bench_saved.setText(f"Saved: {report.json}\nPlot: {report.png}")
 
     # ---- quality check -----------------------------------------------------------------------
 
@@ -204,30 +145,31 @@ class MeasureDialog(QDialog):
             "Compares next-token predictions with the KV cache rounded through FP8 (E4M3 and E5M2) against the "
             "unrounded cache, on the CPU with transformers. It can run while you chat.",
             lambda: app_command("kv-check", "--progress-jsonl", *self._model_args()))
-        self.quality_table = _table(QUALITY_HEADERS)
+        self.quality_table = report_table(kv_quality_report.HEADERS)
         self.quality_advice = QLabel("")
         self.quality_advice.setWordWrap(True)
         self.use_dtype_button = QPushButton("Use the advised KV dtype")
         self.use_dtype_button.setEnabled(False)
         self.use_dtype_button.clicked.connect(self.use_advised_dtype)
-        self._quality_advice: dict[str, Any] | None = None
+        self._quality_advice: Advice | None = None
         self.quality.body.addWidget(self.quality_table, 1)
         self.quality.body.addWidget(self.quality_advice)
         self.quality.body.addWidget(self.use_dtype_button, 0, Qt.AlignmentFlag.AlignLeft)
         self.quality.result_ready.connect(self.show_quality)
         self.tabs.addTab(self.quality, "Quality check")
 
-    def show_quality(self, report: dict[str, Any]) -> None:
-        _set_rows(self.quality_table, quality_rows(report))
-        self._quality_advice = report.get("advice")
-        self.quality_advice.setText(advice_text(self._quality_advice))
-        if self._quality_advice:
-            self.use_dtype_button.setText(f"Use {self._quality_advice['kv_dtype']}")
+    def show_quality(self, data: dict[str, Any]) -> None:
+        check = QualityCheck.from_dict(data)
+        fill_table(self.quality_table, quality_rows(check.report))
+        self._quality_advice = check.advice
+        self.quality_advice.setText(advice_text(check.advice))
+        if check.advice:
+            self.use_dtype_button.setText(f"Use {check.advice.kv_dtype}")
             self.use_dtype_button.setEnabled(not self.benchmark_running)
 
     def use_advised_dtype(self) -> None:
         if self._quality_advice:
-            self._apply_engine(kv_cache_dtype=self._quality_advice["kv_dtype"])
+            self._apply_engine(kv_cache_dtype=self._quality_advice.kv_dtype)
 
     # ---- calibration -------------------------------------------------------------------------
 
@@ -236,8 +178,8 @@ class MeasureDialog(QDialog):
             "Computes per-layer K and V scales for an FP8 KV cache and writes a calibrated copy of the model "
             "that vLLM loads them from. The quality check runs before and after.",
             lambda: app_command("calibrate", "--progress-jsonl", *self._model_args()))
-        self.before_table = _table(QUALITY_HEADERS)
-        self.after_table = _table(QUALITY_HEADERS)
+        self.before_table = report_table(kv_quality_report.HEADERS)
+        self.after_table = report_table(kv_quality_report.HEADERS)
         self.calibrated_label = QLabel("")
         self.calibrated_label.setWordWrap(True)
         self.calibrated_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -253,12 +195,13 @@ class MeasureDialog(QDialog):
         self.calibration.result_ready.connect(self.show_calibration)
         self.tabs.addTab(self.calibration, "Calibration")
 
-    def show_calibration(self, report: dict[str, Any]) -> None:
-        _set_rows(self.before_table, quality_rows(report["before"]))
-        _set_rows(self.after_table, quality_rows(report["after"]))
-        self._calibrated_model = report["calibrated_model"]
+    def show_calibration(self, data: dict[str, Any]) -> None:
+        calibration = Calibration.from_dict(data)
+        fill_table(self.before_table, quality_rows(calibration.before.report))
+        fill_table(self.after_table, quality_rows(calibration.after.report))
+        self._calibrated_model = calibration.calibrated_model
         self.calibrated_label.setText(f"Calibrated model: {self._calibrated_model}\n"
-                                      f"{advice_text(report.get('advice'))}")
+                                      f"{advice_text(calibration.advice)}")
         self.use_calibrated_button.setEnabled(not self.benchmark_running)
 
     def use_calibrated_model(self) -> None:

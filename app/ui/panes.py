@@ -18,12 +18,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engine.errors import EngineFailure, FailureKind
+
 MARKDOWN_REFRESH_MS = 100
 # Qt re-lays out a whole block on every insert; a trace with no newlines would make that O(n²).
 # Past this length a block is broken at the next space (display only; text() keeps the original).
 MAX_DISPLAY_BLOCK = 2000
 # Past this, the answer's streaming tail is committed at a line break so re-renders stay short.
 MAX_MARKDOWN_TAIL = 4000
+# Failures a restart can cure (the others need a settings change, which their fix names).
+RESTARTABLE = (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGINE_START_FAILED,
+               FailureKind.UNREACHABLE, FailureKind.TIMEOUT)
 
 
 class ThinkingPane(QFrame):
@@ -306,6 +311,14 @@ class ErrorBanner(QFrame):
         layout.addWidget(self.action)
         layout.addWidget(self.dismiss)
         self.hide()
+
+    def show_failure(self, failure: EngineFailure) -> None:
+        """The failure's message and fix; the action is its known-good fallback, or a restart where that helps."""
+        if failure.fallback:
+            action: str | None = "Retry with " + ", ".join(f"{k} = {v}" for k, v in failure.fallback.items())
+        else:
+            action = "Restart engine" if failure.kind in RESTARTABLE else None
+        self.show_problem(failure.message, failure.fix, action)
 
     def show_problem(self, problem: str, fix: str, action_text: str | None = None) -> None:
         self.message.setText(f"<b>{problem}</b><br>{fix}")

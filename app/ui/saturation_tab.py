@@ -7,46 +7,10 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPixmap
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QLabel,
-    QScrollArea,
-    QTableWidget,
-    QTableWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 
-from app.ui.job_panel import JobPanel, app_command
-
-HEADERS = ["KV dtype", "context", "chats", "peak KV", "preemptions", "waited", "p50 ms/token", "p95 ms/token",
-           "TTFT p50", "knee"]
-
-
-def saturation_rows(report: dict[str, Any]) -> list[list[str]]:
-    """One table row per measured cell; the knee column marks the KV knee and the first latency knee."""
-    rows: list[list[str]] = []
-    for run in report.get("runs", []):
-        dtype = run["kv_cache_dtype"]
-        if not run["supported"]:
-            rows.append([dtype, "not run", run.get("reason") or "", "", "", "", "", "", "", ""])
-            continue
-        for row in run["rows"]:
-            latency = row["latency_knees"][0] if row["latency_knees"] else None
-            for cell in row["cells"]:
-                marks = []
-                if cell["concurrency"] == row["kv_knee"]:
-                    marks.append("KV")
-                if cell["concurrency"] == row["predicted_kv_knee"]:
-                    marks.append("KV (predicted)")
-                if cell["concurrency"] == latency:
-                    marks.append("latency")
-                rows.append([dtype, f"{row['context_tokens']:,}", str(cell["concurrency"]),
-                             f"{cell['peak_kv_usage']:.0%}", str(cell["preemptions"]),
-                             "yes" if cell["waited"] else "no", f"{cell['ms_per_token_p50']:.1f}",
-                             f"{cell['ms_per_token_p95']:.1f}", f"{cell['ttft_p50_s'] * 1000:.0f} ms",
-                             ", ".join(marks)])
-    return rows
+from app.core.saturation_report import HEADERS, SaturationReport, table_rows
+from app.ui.job_panel import JobPanel, app_command, fill_table, report_table
 
 
 class SaturationTab(QWidget):
@@ -63,10 +27,7 @@ class SaturationTab(QWidget):
         self.sentences = QLabel("")
         self.sentences.setWordWrap(True)
         self.sentences.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.table = QTableWidget(0, len(HEADERS))
-        self.table.setHorizontalHeaderLabels(HEADERS)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.verticalHeader().hide()
+        self.table = report_table(HEADERS)
         self.table.setMinimumHeight(180)
         self.heatmap = QLabel()
         self.heatmap.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -86,16 +47,12 @@ class SaturationTab(QWidget):
         layout.addWidget(self.panel)
         self.panel.result_ready.connect(self.show_report)
 
-    def show_report(self, report: dict[str, Any]) -> None:
-        self.sentences.setText("\n".join(run["sentence"] for run in report.get("runs", [])))
-        rows = saturation_rows(report)
-        self.table.setRowCount(len(rows))
-        for r, row in enumerate(rows):
-            for c, value in enumerate(row):
-                self.table.setItem(r, c, QTableWidgetItem(value))
-        self.table.resizeColumnsToContents()
-        pixmap = QPixmap(report["png"])
+    def show_report(self, data: dict[str, Any]) -> None:
+        report = SaturationReport.from_dict(data)
+        self.sentences.setText("\n".join(report.sentences()))
+        fill_table(self.table, table_rows(report))
+        pixmap = QPixmap(report.png)
         if not pixmap.isNull():
             self.heatmap.setPixmap(pixmap.scaledToWidth(min(820, pixmap.width()),
                                                         Qt.TransformationMode.SmoothTransformation))
-        self.saved.setText(f"Saved: {report['json']}\nHeatmap: {report['png']}")
+        self.saved.setText(f"Saved: {report.json}\nHeatmap: {report.png}")

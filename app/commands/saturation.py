@@ -12,16 +12,16 @@ predicts each row's KV knee before the engine starts.
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core import paths
+from app.commands.jobs import Job, JobContext, JobFailed, machine_description, report_stem, run_job, save_json, sibling
+from app.core.fp8_bench import depth_prompt_ids
 from app.core.job_lines import JobLineWriter
+from app.core.plots import render_heatmap
 from app.core.saturation import (
     CellResult,
     CellSeries,
@@ -36,15 +36,10 @@ from app.core.saturation import (
     row_should_stop,
     series_to_dict,
     summarise_cell,
-    sweep_to_dict,
     usable_blocks,
 )
+from app.core.saturation_report import SaturationReport, format_report
 from app.core.settings import EngineConfig, load_settings
-from app.fp8_bench import BenchCancelled, cancel_on_signals, depth_prompt_ids, stdout_to_stderr
-
-log = logging.getLogger(__name__)
-
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -181,14 +176,13 @@ def _planned_capacity(model_dir: Path | None, config: EngineConfig, dtype: str, 
 
 
 def run_saturation(config: EngineConfig, plan: SweepPlan, *, kv_dtypes: Sequence[str] = ("auto", "fp8_e4m3"),
-                   writer: JobLineWriter | None = None, probe: Any = None, keep_series: bool = False) -> dict[str, Any]:
+                   writer: JobLineWriter | None = None, probe: Any = None,
+                   keep_series: bool = False) -> SaturationReport:
     """Sweep each KV dtype the machine runs; save JSON and the heatmap PNG; return the report."""
-    from app.bench import machine_description
     from app.core.embedded_model import ensure_embedded_model
     from app.engine import capability
     from app.engine.errors import EngineFailure, FailureKind
     from app.engine.host import check_model_path
-    from app.saturation_plot import render_heatmap
 
     writer = writer or JobLineWriter(False)
     probe = probe or capability.probe_hardware()
@@ -206,7 +200,6 @@ def run_saturation(config: EngineConfig, plan: SweepPlan, *, kv_dtypes: Sequence
     reasons = {d: capability.kv_dtype_unsupported_reason(d, probe) for d in kv_dtypes}
     runnable = [d for d in kv_dtypes if reasons[d] is None]
     series: list[dict[str, Any]] | None = [] if keep_series else None
-    target_label = plan.targets.labels()[0]
     sweeps: list[DtypeSweep] = []
     for dtype in kv_dtypes:
         if reasons[dtype]:
@@ -226,56 +219,22 @@ def run_saturation(config: EngineConfig, plan: SweepPlan, *, kv_dtypes: Sequence
             if failure.kind is FailureKind.MODEL_NOT_FOUND:
                 raise
             sweeps.append(DtypeSweep(dtype, False, f"{failure.message} {failure.fix}"))
-    report: dict[str, Any] = {
-        "benchmark": "saturation", "when": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_description(),
-        "model": model, "device": "gpu" if on_gpu else "cpu", "max_model_len": plan.max_model_len,
-        "kv_pool_mib": None if on_gpu else plan.cpu_kv_pool_mib,
-        "prefix_caching": config.enable_prefix_caching, "output_tokens": plan.output_tokens, "rounds": plan.rounds,
-        "contexts": list(plan.contexts), "concurrency": list(plan.concurrency),
-        "dropped_contexts": dropped, "targets": {"absolute_ms": list(plan.targets.absolute_ms),
-                                                 "relative": list(plan.targets.relative)},
-        "target_label": target_label,
-        "runs": [sweep_to_dict(s, target_label) for s in sweeps]}
-    folder = paths.data_dir() / "bench"
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = f"saturation-{time.strftime('%Y%m%d-%H%M%S')}"
-    report["json"] = str(folder / f"{stem}.json")
-    report["png"] = str(render_heatmap(report, folder / f"{stem}.png"))
+    stem = report_stem("bench", "saturation")
+    report = SaturationReport(
+        model=model, device="gpu" if on_gpu else "cpu", max_model_len=plan.max_model_len,
+        kv_pool_mib=None if on_gpu else plan.cpu_kv_pool_mib, prefix_caching=config.enable_prefix_caching,
+        output_tokens=plan.output_tokens, rounds=plan.rounds, contexts=plan.contexts,
+        concurrency=plan.concurrency, dropped_contexts=tuple(dropped), targets=plan.targets, sweeps=tuple(sweeps),
+        machine=machine_description(), json=str(sibling(stem, ".json")), png=str(sibling(stem, ".png")),
+        series=None if series is None else str(sibling(stem, "-series.json")))
+    render_heatmap(report, sibling(stem, ".png"))
     if series is not None:
-        report["series"] = str(folder / f"{stem}-series.json")
-        Path(report["series"]).write_text(json.dumps(series), encoding="utf-8")
-    text = json.dumps(report, indent=2)
-    Path(report["json"]).write_text(text, encoding="utf-8")
-    latest_profile_path().write_text(text, encoding="utf-8")
+        save_json(sibling(stem, "-series.json"), series)
+    data = report.to_dict()
+    save_json(sibling(stem, ".json"), data)
+    save_json(latest_profile_path(), data)
     writer.progress(1.0, "done")
     return report
-
-
-def format_report(report: dict[str, Any]) -> str:
-    lines = [f"model: {report['model']} ({report['device']}, max_model_len {report['max_model_len']}, "
-             f"KV pool {report['kv_pool_mib']} MiB, {report['output_tokens']} output tokens, "
-             f"{report['rounds']} rounds per client)", f"target: p95 under {report['target_label']}"]
-    for run in report["runs"]:
-        lines.append("")
-        if not run["supported"]:
-            lines.append(f"[{run['kv_cache_dtype']}] not run: {run['reason']}")
-            continue
-        lines.append(f"[{run['kv_cache_dtype']}] KV capacity {run['kv_capacity_tokens']:,} tokens "
-                     f"(planner: {run['predicted_capacity_tokens']}), loaded in {run['load_seconds']} s")
-        for row in run["rows"]:
-            lines.append(f"  context {row['context_tokens']:,}: KV knee {row['kv_knee']} (predicted "
-                         f"{row['predicted_kv_knee']}), latency knee {row['latency_knees']} at "
-                         f"{row['targets_ms']} ms, most under target {row['most_under_target']}")
-            lines.append(f"    {'chats':>5} {'peak KV':>8} {'preempt':>7} {'waited':>6} {'p50 ms':>7} {'p95 ms':>7} "
-                         f"{'TTFT p50':>8} {'tok/s':>6}")
-            for cell in row["cells"]:
-                lines.append(f"    {cell['concurrency']:>5} {cell['peak_kv_usage']:>8.0%} {cell['preemptions']:>7} "
-                             f"{'yes' if cell['waited'] else 'no':>6} {cell['ms_per_token_p50']:>7.1f} "
-                             f"{cell['ms_per_token_p95']:>7.1f} {cell['ttft_p50_s']:>7.2f}s "
-                             f"{cell['output_tok_s']:>6.1f}")
-        lines.append(f"  {run['sentence']}")
-    lines.append(f"\nsaved: {report['json']}\nheatmap: {report['png']}")
-    return "\n".join(lines)
 
 
 def run_saturation_command(*, contexts: Sequence[int] | None, concurrency: Sequence[int] | None,
@@ -283,14 +242,12 @@ def run_saturation_command(*, contexts: Sequence[int] | None, concurrency: Seque
                            target_ms: Sequence[float] | None, target_x: Sequence[float] | None,
                            kv_dtypes: Sequence[str], as_json: bool, progress_jsonl: bool, model: str | None,
                            max_model_len: int | None, keep_series: bool = False) -> int:
-    """The CLI entry: the plan (defaults per device, then overrides), signals handled, exit code 0/1."""
-    from pydantic import ValidationError
+    """The CLI entry: the plan (defaults per device, then overrides), run as a job."""
+    def work(job: JobContext) -> SaturationReport:
+        from pydantic import ValidationError
 
-    from app.engine import capability
-    from app.engine.errors import EngineFailure
+        from app.engine import capability
 
-    with stdout_to_stderr() as out:
-        writer = JobLineWriter(progress_jsonl, out)
         settings, _ = load_settings()
         base = SweepPlan.default(capability.probe_hardware().engine_kind == "cuda")
         targets = base.targets
@@ -313,30 +270,13 @@ def run_saturation_command(*, contexts: Sequence[int] | None, concurrency: Seque
                 raise ValueError(f"no context leaves room for {plan.output_tokens} output tokens "
                                  f"in max_model_len {plan.max_model_len}")
         except ValidationError as exc:
-            writer.error(f"Invalid saturation option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}",
-                         "KV dtypes are auto, bfloat16, fp8_e4m3 or fp8_e5m2; --kv-pool-mib is 32 or more; "
-                         "--max-model-len is 256 or more.")
-            return 1
+            raise JobFailed(f"Invalid saturation option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}",
+                            "KV dtypes are auto, bfloat16, fp8_e4m3 or fp8_e5m2; --kv-pool-mib is 32 or more; "
+                            "--max-model-len is 256 or more.") from None
         except ValueError as exc:
-            writer.error(f"Invalid saturation option: {exc}.",
-                         "Lower --contexts or --tokens, or raise --max-model-len.")
-            return 1
-        try:
-            with cancel_on_signals():
-                report = run_saturation(config, plan, kv_dtypes=kv_dtypes, writer=writer, keep_series=keep_series)
-        except BenchCancelled as cancelled:
-            writer.error(f"The saturation sweep was cancelled ({cancelled}).", "Run it again to measure.")
-            return 1
-        except EngineFailure as failure:
-            writer.error(failure.message, failure.fix)
-            return 1
-        except Exception as exc:  # a bug or an engine crash: one line; the traceback goes to the log
-            log.exception("the saturation sweep failed")
-            writer.error(f"The saturation sweep failed: {exc}", f"See the logs in {paths.log_dir()}.")
-            return 1
-        writer.result(report)
-        if as_json and not progress_jsonl:
-            out.write(json.dumps(report, indent=2) + "\n")
-        elif not progress_jsonl:
-            out.write(format_report(report) + "\n")
-    return 0
+            raise JobFailed(f"Invalid saturation option: {exc}.",
+                            "Lower --contexts or --tokens, or raise --max-model-len.") from None
+        return run_saturation(config, plan, kv_dtypes=kv_dtypes, writer=job.writer, keep_series=keep_series)
+
+    return run_job(Job("The saturation sweep", work, SaturationReport.to_dict, format_report),
+                   jsonl=progress_jsonl, as_json=as_json)

@@ -1,0 +1,145 @@
+"""The `nalar` command: the desktop app by default, plus the subcommands in this folder (one module each)."""
+
+from __future__ import annotations
+
+import time
+
+PROCESS_STARTED = time.perf_counter()
+
+import argparse  # noqa: E402  (the timer above measures start-up from the first line)
+import logging  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import TypeVar  # noqa: E402
+
+Number = TypeVar("Number", int, float)
+
+
+def _configure_logging() -> None:
+    from logging.handlers import RotatingFileHandler
+
+    from app.core import paths
+
+    folder = paths.log_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = RotatingFileHandler(folder / "nalar.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    console = logging.StreamHandler()
+    console.setLevel(logging.WARNING)
+    root.addHandler(console)
+
+
+def _positive_list(convert: Callable[[str], Number]) -> Callable[[str], list[Number]]:
+    """An argparse type for "1024,4096": positive numbers separated by commas."""
+    def parse(text: str) -> list[Number]:
+        try:
+            values = [convert(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected numbers separated by commas, got {text!r}") from None
+        if not values or min(values) <= 0:
+            raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+        return values
+
+    return parse
+
+
+_int_list, _float_list = _positive_list(int), _positive_list(float)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="nalar", description="Run reasoning models locally on vLLM.")
+    parser.add_argument("--report-startup", action="store_true", help="print when the window is shown")
+    sub = parser.add_subparsers(dest="command")
+    bench = sub.add_parser(
+        "bench", help="measure the configured model with KV dtype auto and fp8 (or a developer benchmark)",
+        description="Without WHAT: the FP8 KV benchmark of the configured model (TTFT, ms/token by context "
+                    "depth, KV capacity, bandwidth floor), saved as JSON and PNG in the data dir. "
+                    "saturation: how many chats of what length fit; engine|ui|startup|trim|all: the developer "
+                    "benchmarks.")
+    bench.add_argument("what", nargs="?", choices=["saturation", "engine", "ui", "startup", "trim", "all"],
+                       help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
+                            "latency knee, per KV dtype); engine|ui|startup|trim|all: developer benchmarks")
+    bench.add_argument("--tokens", type=int, default=None,
+                       help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
+    bench.add_argument("--json", action="store_true", help="print results as JSON")
+    bench.add_argument("--progress-jsonl", action="store_true", help="write job lines (progress, result) on stdout")
+    bench.add_argument("--depths", type=_int_list, default=None, help="context depths, e.g. 1024,4096,8192")
+    bench.add_argument("--kv-dtypes", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+                       default=None, help="KV dtypes to compare (default auto,fp8_e4m3)")
+    bench.add_argument("--model", default=None, help="model folder or hub id (default: the settings' model)")
+    bench.add_argument("--max-model-len", type=int, default=None,
+                       help="context length for the FP8 bench (default: the settings'); depths must fit in it")
+    saturation = bench.add_argument_group("saturation sweep (`nalar bench saturation`)")
+    saturation.add_argument("--contexts", type=_int_list, default=None, help="context lengths, e.g. 256,512,768")
+    saturation.add_argument("--concurrency", type=_int_list, default=None, help="concurrent chats, e.g. 1,2,4,8")
+    saturation.add_argument("--rounds", type=int, default=None, help="requests per client in the closed loop")
+    saturation.add_argument("--kv-pool-mib", type=int, default=None,
+                            help="CPU KV pool for the sweep (default 32: small enough to fill)")
+    saturation.add_argument("--target-ms", type=_float_list, default=None,
+                            help="p95 ms/token targets (GPU default 100,250)")
+    saturation.add_argument("--target-x", type=_float_list, default=None,
+                            help="targets as multiples of the single-stream p95 (CPU default 2)")
+    saturation.add_argument("--keep-series", action="store_true", help="also save every cell's per-step series")
+    doctor = sub.add_parser("doctor", help="check that Nalar can run here, and with what")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable)")
+    download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    download.add_argument("--revision", default="main", help="branch, tag or commit")
+    download.add_argument("--use", action="store_true", help="make it Nalar's model once downloaded")
+    for name, text in (("kv-check", "how much an FP8 KV cache changes this model's next-token choices"),
+                       ("calibrate", "compute per-layer FP8 KV scales and write a calibrated model folder")):
+        job = sub.add_parser(name, help=text)
+        job.add_argument("--model", help="model folder (default: the configured model)")
+        job.add_argument("--prompts", type=int, default=3, choices=range(1, 4), help="reasoning prompts to score")
+        job.add_argument("--tokens", type=int, default=128, help="continuation tokens scored per prompt")
+        job.add_argument("--json", action="store_true", help="print the report as JSON")
+        job.add_argument("--progress-jsonl", action="store_true", help="speak the app's job-line protocol")
+        if name == "calibrate":
+            job.add_argument("--out", help="where to write the calibrated folder (default: next to the model)")
+    args = parser.parse_args(argv)
+    if args.command == "doctor":
+        from app.commands.doctor import run_doctor
+
+        return run_doctor(args.json)
+    _configure_logging()
+    if args.command in ("kv-check", "calibrate"):
+        from app.commands.kv_check import run_calibrate, run_kv_check
+
+        if args.command == "kv-check":
+            return run_kv_check(args.model, prompts=args.prompts, tokens=args.tokens, as_json=args.json,
+                                jsonl=args.progress_jsonl)
+        return run_calibrate(args.model, args.out, prompts=args.prompts, tokens=args.tokens, as_json=args.json,
+                             jsonl=args.progress_jsonl)
+    if args.command == "download":
+        from app.commands.download import run_download_command
+
+        return run_download_command(args.repo_id, use=args.use, revision=args.revision)
+    if args.command == "bench" and args.what is None:
+        from app.commands.fp8_bench import run_fp8_bench_command
+        from app.core.fp8_bench import DEFAULT_DEPTHS, DEFAULT_KV_DTYPES
+
+        return run_fp8_bench_command(depths=args.depths or DEFAULT_DEPTHS, tokens=args.tokens or 64,
+                                     kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json,
+                                     progress_jsonl=args.progress_jsonl, model=args.model,
+                                     max_model_len=args.max_model_len)
+    if args.command == "bench" and args.what == "saturation":
+        from app.commands.saturation import run_saturation_command
+        from app.core.fp8_bench import DEFAULT_KV_DTYPES
+
+        return run_saturation_command(
+            contexts=args.contexts, concurrency=args.concurrency, tokens=args.tokens, rounds=args.rounds,
+            kv_pool_mib=args.kv_pool_mib, target_ms=args.target_ms, target_x=args.target_x,
+            kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json, progress_jsonl=args.progress_jsonl,
+            model=args.model, max_model_len=args.max_model_len, keep_series=args.keep_series)
+    if args.command == "bench":
+        from app.commands.bench import run_bench
+
+        return run_bench(args.what, tokens=args.tokens or 256, as_json=args.json)
+
+    from app.ui.app_main import run_app
+
+    return run_app([sys.argv[0]], process_started=PROCESS_STARTED, report_startup=args.report_startup)
