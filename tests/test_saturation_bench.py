@@ -1,9 +1,10 @@
-"""`nalar bench saturation` run for real: a child process on the embedded model with a 32 MiB KV pool
-(10 usable blocks of 128 tokens in bf16, 21 in fp8). A 384-token chat needs 4 blocks to start and
-6 by its 300th output token, so 2 chats (bf16) or 4 (fp8) all start, then outgrow the pool: vLLM must
-preempt, the stat logger must count it, and the knee must be where the planner predicts it. (With
-640-token prompts the second chat, arriving a step late on a loaded machine, only waited: the
-recorded series in tests/data keep that case.) Then SIGTERM mid-sweep."""
+"""`nalar bench saturation` run for real: a child process on the embedded model with the CPU plan's pool,
+8 MiB in 32-token blocks (10 usable blocks in bf16, 21 in fp8). A 96-token chat needs 4 blocks to start
+and 6 by its 75th output token, so 2 chats (bf16) or 4 (fp8) all start, then outgrow the pool: vLLM must
+preempt, the stat logger must count it, and the knee must be where the planner predicts it (a planner that
+assumed vLLM's default 128-token blocks would put it elsewhere). (With prompts that fill the pool, a second
+chat arriving a step late on a loaded machine only waited: the recorded series in tests/data keep that
+case.) Then SIGTERM mid-sweep."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.bench_jobs import finish_bench, group_processes, is_png, sigterm_once
 from tests.conftest import XDG_VARS, require_embedded_model
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP = ("--contexts", "384", "--concurrency", "1,2,4", "--tokens", "300", "--rounds", "1", "--kv-pool-mib", "32",
+SWEEP = ("--contexts", "96", "--concurrency", "1,2,4", "--tokens", "75", "--rounds", "1", "--kv-pool-mib", "8",
          "--target-x", "50")  # a loose target: the row must reach the KV knee, not stop at a noisy latency knee
 EXPECTED_KNEE = {"auto": 2, "fp8_e4m3": 4}
 
@@ -53,14 +54,14 @@ def test_the_sweep_speaks_job_lines_and_saves_json_png_and_the_latest_profile(sw
     assert len(lines) == len(sweep["out"].splitlines()), "stdout carries job lines only (chatter goes to stderr)"
     fractions = [line.fraction for line in lines if line.event == "progress"]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0  # type: ignore[type-var]
-    assert any(line.message == "auto: 384-token chats × 2" for line in lines)
+    assert any(line.message == "auto: 96-token chats × 2" for line in lines)
     report = lines[-1].data
     assert lines[-1].event == "result" and report is not None
     saved = Path(report["json"])
     assert json.loads(saved.read_text())["runs"] == report["runs"]
     assert json.loads((saved.parent / "saturation-latest.json").read_text())["json"] == report["json"]
     assert is_png(Path(report["png"]))
-    assert report["kv_pool_mib"] == 32 and report["contexts"] == [384] and report["output_tokens"] == 300
+    assert report["kv_pool_mib"] == 8 and report["contexts"] == [96] and report["output_tokens"] == 75
     assert group_processes(proc.pid) == [], "the sweep left processes behind"
 
 
@@ -98,7 +99,8 @@ def test_preemptions_are_counted_and_the_kv_knee_is_where_the_planner_said(sweep
 @pytest.mark.real_engine
 def test_sigterm_mid_sweep_ends_the_engine_and_leaves_no_process(tmp_path: Path) -> None:
     proc = start_sweep(tmp_path / "xdg", "--progress-jsonl", "--kv-dtypes", "auto", "--contexts", "512",
-                       "--concurrency", "1,2", "--tokens", "400", "--rounds", "1", "--max-model-len", "1024")
+                       "--concurrency", "1,2", "--tokens", "400", "--rounds", "1", "--max-model-len", "1024",
+                       "--kv-pool-mib", "32")
     cancelled = sigterm_once(proc, lambda line: "chats ×" in line.message)  # the first cell runs
     assert proc.returncode == 1, cancelled.stderr[-2000:]
     assert cancelled.seconds < 60
@@ -108,7 +110,7 @@ def test_sigterm_mid_sweep_ends_the_engine_and_leaves_no_process(tmp_path: Path)
 
 def test_bad_sweep_options_are_named(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cases = [(["--kv-pool-mib", "8"], "kv-pool-mib is 32 or more"),
+    cases = [(["--kv-pool-mib", "4"], "kv-pool-mib is 8 or more"),
              (["--contexts", "4000", "--max-model-len", "1024"], "no context leaves room"),
              (["--kv-dtypes", "fp4"], "fp8_e4m3")]
     for args, expected in cases:

@@ -163,3 +163,21 @@ def test_the_recorded_preemptions_and_a_2x_latency_knee() -> None:
     assert row_should_stop(cells, LatencyTargets(relative=(2.0,))) and not row_should_stop(cells[:2], LatencyTargets())
     assert sentence(DtypeSweep("auto", True, rows=(row,)), "2x").startswith(
         "auto: 2 chats of 384 stay under 2x (275 ms/token p95); at 4: preemption (535 ms/token p95)")
+
+
+def test_the_cpu_default_plan_fills_its_pool_at_two_to_four_chats() -> None:
+    """The issue's bound: preemption must really happen at 2-4 chats. Fails if the plan's pool, block size or
+    contexts drift apart (e.g. a bigger pool, or the planner assuming vLLM's 128-token blocks)."""
+    from app.commands.saturation import SweepPlan
+    from app.core.planner import plan as plan_kv
+
+    sweep = SweepPlan.default(on_gpu=False)
+    smollm2 = {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+               "hidden_size": 576, "max_position_embeddings": 8192}
+    planned = plan_kv(smollm2, max_model_len=sweep.max_model_len, cpu_kv_pool_bytes=sweep.cpu_kv_pool_mib << 20,
+                      block_size=sweep.kv_block_size)
+    auto = planned.row("auto").capacity_tokens
+    assert auto == 352 and auto >= sweep.max_model_len  # 11 blocks of 32: vLLM starts only if one chat fits
+    knees = [predicted_kv_knee(auto, 32, context, sweep.output_tokens) for context in sweep.contexts]
+    assert knees == [4, 2, 2] and all(k in sweep.concurrency for k in knees)
+    assert all(c + sweep.output_tokens <= sweep.max_model_len for c in sweep.contexts)

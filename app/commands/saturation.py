@@ -12,6 +12,7 @@ predicts each row's KV knee before the engine starts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +45,12 @@ from app.core.settings import EngineConfig, load_settings
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """What to sweep. The CPU default fits a 2-core run in minutes and fills a 32 MiB pool at 2-4 chats."""
+    """What to sweep.
+
+    The CPU default fills an 8 MiB pool of 32-token blocks at 2-4 chats of 64-160 tokens. Prefill dominates
+    a CPU sweep (an AVX2 EPYC prefills 35 tokens/s), so the chats are short and the blocks small: the same
+    KV knees as 256-640-token chats in 128-token blocks, at a quarter of the prefill.
+    """
 
     contexts: tuple[int, ...]
     concurrency: tuple[int, ...]
@@ -53,13 +59,14 @@ class SweepPlan:
     max_model_len: int
     cpu_kv_pool_mib: int
     targets: LatencyTargets
+    kv_block_size: int | None = None  # None: vLLM's default for the device
 
     @staticmethod
     def default(on_gpu: bool) -> SweepPlan:
         if on_gpu:
             return SweepPlan((2048, 8192, 32768), (1, 2, 4, 8, 16, 32, 64), 1024, 2, 40960, 0,
                              LatencyTargets.default(True))
-        return SweepPlan((256, 512, 640), (1, 2, 3, 4, 6), 32, 2, 1024, 32, LatencyTargets.default(False))
+        return SweepPlan((64, 128, 160), (1, 2, 3, 4, 6), 32, 2, 256, 8, LatencyTargets.default(False), 32)
 
 
 # ---- one engine's sweep ------------------------------------------------------------------------
@@ -122,7 +129,7 @@ def sweep_dtype(config: EngineConfig, plan: SweepPlan, predicted_capacity: int |
     host = EngineHost()
     try:
         on_cell(f"{dtype}: starting the engine", 0, 0)
-        ready = host.loop_thread.submit(host.start(config)).result(900)
+        ready = host.loop_thread.submit(host.start(config, kv_block_size=plan.kv_block_size)).result(900)
         warm = unique_prompt_ids(host._tokenizer, 64, f"{dtype}-warmup", 0)
         host.loop_thread.submit(_stream(host, warm, 8, f"{dtype}-warmup", True)).result(900)
         capacity = ready.kv_capacity_tokens
@@ -155,21 +162,22 @@ def sweep_dtype(config: EngineConfig, plan: SweepPlan, predicted_capacity: int |
 # ---- the whole run ---------------------------------------------------------------------------
 
 def _planned_capacity(model_dir: Path | None, config: EngineConfig, dtype: str, on_gpu: bool,
-                      probe: Any) -> tuple[int | None, int]:
+                      probe: Any, block_size: int | None) -> tuple[int | None, int]:
     """The planner's capacity for ``dtype`` (None for a hub id) and the block size it assumes."""
     from app.core.planner import BLOCK_SIZE_CPU, BLOCK_SIZE_GPU, PlannerError, plan_for_folder
 
-    block = BLOCK_SIZE_GPU if on_gpu else BLOCK_SIZE_CPU
+    block = block_size or (BLOCK_SIZE_GPU if on_gpu else BLOCK_SIZE_CPU)
     if model_dir is None:
         return None, block
     try:
         if on_gpu:
             planned = plan_for_folder(model_dir, max_model_len=config.max_model_len, kv_dtypes=(dtype,),
-                                      vram_total_bytes=probe.gpus[0].vram_total_bytes,
+                                      vram_total_bytes=probe.gpus[0].vram_total_bytes, block_size=block,
                                       gpu_memory_utilization=config.gpu_memory_utilization)
         else:
             planned = plan_for_folder(model_dir, max_model_len=config.max_model_len, kv_dtypes=(dtype,),
-                                      cpu_kv_pool_bytes=int(config.cpu_kv_cache_gib * (1 << 30)))
+                                      cpu_kv_pool_bytes=int(config.cpu_kv_cache_gib * (1 << 30)),
+                                      block_size=block)
     except PlannerError:
         return None, block
     return planned.row(dtype).capacity_tokens, block
@@ -195,8 +203,7 @@ def run_saturation(config: EngineConfig, plan: SweepPlan, *, kv_dtypes: Sequence
     config = EngineConfig.model_validate({**config.model_dump(), **update})
     contexts = [c for c in plan.contexts if c + plan.output_tokens <= plan.max_model_len]
     dropped = [c for c in plan.contexts if c not in contexts]
-    plan = SweepPlan(tuple(contexts), plan.concurrency, plan.output_tokens, plan.rounds, plan.max_model_len,
-                     plan.cpu_kv_pool_mib, plan.targets)
+    plan = dataclasses.replace(plan, contexts=tuple(contexts))
     reasons = {d: capability.kv_dtype_unsupported_reason(d, probe) for d in kv_dtypes}
     runnable = [d for d in kv_dtypes if reasons[d] is None]
     series: list[dict[str, Any]] | None = [] if keep_series else None
@@ -211,7 +218,7 @@ def run_saturation(config: EngineConfig, plan: SweepPlan, *, kv_dtypes: Sequence
             within = (row + concurrency / max(plan.concurrency)) / max(1, len(plan.contexts))
             writer.progress(round(min(0.99, (done + within) / len(runnable)), 3), message)
 
-        predicted, block = _planned_capacity(model_dir, config, dtype, on_gpu, probe)
+        predicted, block = _planned_capacity(model_dir, config, dtype, on_gpu, probe, plan.kv_block_size)
         dtype_config = EngineConfig.model_validate({**config.model_dump(), "kv_cache_dtype": dtype})
         try:
             sweeps.append(sweep_dtype(dtype_config, plan, predicted, block, on_cell, series))
@@ -255,7 +262,7 @@ def run_saturation_command(*, contexts: Sequence[int] | None, concurrency: Seque
             targets = LatencyTargets(tuple(target_ms or ()), tuple(target_x or ()))
         plan = SweepPlan(tuple(sorted(contexts or base.contexts)), tuple(sorted(set(concurrency or base.concurrency))),
                          tokens or base.output_tokens, rounds or base.rounds, max_model_len or base.max_model_len,
-                         kv_pool_mib or base.cpu_kv_pool_mib, targets)
+                         kv_pool_mib or base.cpu_kv_pool_mib, targets, base.kv_block_size)
         try:
             overrides = {"model": model} if model else {}
             config = EngineConfig.model_validate({**settings.engine.model_dump(), **overrides})
@@ -271,7 +278,7 @@ def run_saturation_command(*, contexts: Sequence[int] | None, concurrency: Seque
                                  f"in max_model_len {plan.max_model_len}")
         except ValidationError as exc:
             raise JobFailed(f"Invalid saturation option: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}",
-                            "KV dtypes are auto, bfloat16, fp8_e4m3 or fp8_e5m2; --kv-pool-mib is 32 or more; "
+                            "KV dtypes are auto, bfloat16, fp8_e4m3 or fp8_e5m2; --kv-pool-mib is 8 or more; "
                             "--max-model-len is 256 or more.") from None
         except ValueError as exc:
             raise JobFailed(f"Invalid saturation option: {exc}.",

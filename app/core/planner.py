@@ -176,8 +176,11 @@ def load_model_config(model_dir: Path) -> dict[str, Any]:
 def plan(config: dict[str, Any], *, model: str = "", weight_bytes: int | None = None, max_model_len: int,
          kv_dtypes: tuple[str, ...] = ("auto", "fp8_e4m3"), cpu_kv_pool_bytes: int | None = None,
          vram_total_bytes: int | None = None, gpu_memory_utilization: float = 0.9,
-         bandwidth_gbps: float | None = None) -> Plan:
-    """Plan the CPU engine (``cpu_kv_pool_bytes``) or a GPU (``vram_total_bytes``)."""
+         bandwidth_gbps: float | None = None, block_size: int | None = None) -> Plan:
+    """Plan the CPU engine (``cpu_kv_pool_bytes``) or a GPU (``vram_total_bytes``).
+
+    ``block_size``: the engine's KV block size where it is not vLLM's default for the device.
+    """
     shape = attention_shape(config)
     estimated = weight_bytes is None
     if weight_bytes is None:
@@ -185,11 +188,11 @@ def plan(config: dict[str, Any], *, model: str = "", weight_bytes: int | None = 
     model_max = config.get("max_position_embeddings")
     rows = []
     if cpu_kv_pool_bytes is not None:
-        device, block = "cpu", BLOCK_SIZE_CPU
+        device, block = "cpu", block_size or BLOCK_SIZE_CPU
         pool = cpu_kv_pool_bytes
         assumption = f"CPU engine: a fixed KV pool of {pool / GIB:.2f} GiB, in {block}-token blocks."
     elif vram_total_bytes is not None:
-        device, block = "gpu", BLOCK_SIZE_GPU
+        device, block = "gpu", block_size or BLOCK_SIZE_GPU
         budget = vram_total_bytes * gpu_memory_utilization
         overhead = GPU_OVERHEAD_BYTES + GPU_OVERHEAD_FRACTION * vram_total_bytes
         pool = int(max(0.0, budget - weight_bytes - overhead))

@@ -37,8 +37,8 @@ class EngineConfig(BaseModel):
     gpu_memory_utilization: float = Field(
         0.85, gt=0.05, le=0.98, description="Share of VRAM vLLM may take for weights and KV cache (GPU only).")
     cpu_kv_cache_gib: float = Field(
-        1.0, ge=0.03125, le=512, description="KV cache pool size on the CPU engine (from 32 MiB: a saturation sweep "
-                                             "wants a pool that fills).")
+        1.0, ge=0.0078125, le=512, description="KV cache pool size on the CPU engine (from 8 MiB: a saturation "
+                                               "sweep wants a pool that fills).")
     enable_prefix_caching: bool = Field(True, description="Reuse the KV of a shared conversation prefix.")
     enforce_eager: bool | None = Field(
         None, description="Skip graph capture: faster start, slower decode. None: eager on CPU only.")

@@ -163,13 +163,16 @@ class EngineHost(EngineBase):
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def start(self, config: EngineConfig) -> EngineReady:
-        """Load the model. Raises EngineFailure; the engine is then stopped and can start again."""
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
+        """Load the model. Raises EngineFailure; the engine is then stopped and can start again.
+
+        ``kv_block_size`` is for benchmarks (the saturation sweep's small pool); None is vLLM's choice.
+        """
         if self._engine is not None:
             await self.shutdown()
         self._status("loading", "checking settings…", 0.02)
         try:
-            ready = await self._start(config)
+            ready = await self._start(config, kv_block_size)
         except EngineFailure as failure:
             self._status("failed", failure.message)
             raise
@@ -187,7 +190,7 @@ class EngineHost(EngineBase):
             await asyncio.sleep(ORPHAN_RECHECK_S)
             await loop.run_in_executor(None, end_orphans)  # it logs what it ends
 
-    async def _start(self, config: EngineConfig) -> EngineReady:
+    async def _start(self, config: EngineConfig, kv_block_size: int | None = None) -> EngineReady:
         started = time.perf_counter()
         ended = await asyncio.get_running_loop().run_in_executor(None, end_orphans)
         if ended:
@@ -227,6 +230,8 @@ class EngineHost(EngineBase):
             enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
             trust_remote_code=config.trust_remote_code,
         )
+        if kv_block_size:
+            kwargs["block_size"] = kv_block_size
         if on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
         else:

@@ -21,7 +21,7 @@ class SaturationTab(QWidget):
         self.panel = JobPanel(
             "Sweeps context length × concurrent chats for KV cache dtype auto, then fp8 where this machine runs "
             "it: peak KV use, preemptions, p50/p95 ms/token and time to first token per cell, and where each "
-            "context length hits its KV knee and its latency knee. On the CPU the KV pool is kept small (32 MiB) "
+            "context length hits its KV knee and its latency knee. On the CPU the KV pool is kept small (8 MiB) "
             "so that it fills within minutes. The chat engine is stopped while it runs.",
             lambda: app_command("bench", "saturation", "--progress-jsonl", *model_args()))
         self.sentences = QLabel("")
