@@ -48,7 +48,7 @@ async def _raw_run(host: Any, tokens: int, index: int, messages: list[dict[str, 
     called = time.perf_counter()
     first = last = None
     count = 0
-    async for output in host._engine.generate(host.engine_prompt(ids), params, f"raw-{index}"):
+    async for output in host.raw_generate(ids, params, f"raw-{index}"):
         now = time.perf_counter()
         n = len(output.outputs[0].token_ids)
         if n and first is None and not include_prefill:

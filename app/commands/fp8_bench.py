@@ -42,7 +42,6 @@ WARMUP_TOKENS = 8
 async def timed_generation(host: Any, prompt_ids: list[int], tokens: int, request_id: str) -> tuple[float, float]:
     """(TTFT s, decode ms/token) of one greedy request of ``tokens`` tokens (ignore_eos), straight on AsyncLLM."""
     from vllm import SamplingParams
-    from vllm.inputs import TokensPrompt
     from vllm.sampling_params import RequestOutputKind
 
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True, output_kind=RequestOutputKind.DELTA)
@@ -50,7 +49,7 @@ async def timed_generation(host: Any, prompt_ids: list[int], tokens: int, reques
     first: float | None = None
     last = called
     after_first = 0
-    async for output in host._engine.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
+    async for output in host.raw_generate(prompt_ids, params, request_id):
         now = time.perf_counter()
         count = len(output.outputs[0].token_ids)
         if not count:
@@ -67,9 +66,9 @@ async def timed_generation(host: Any, prompt_ids: list[int], tokens: int, reques
 
 
 def _chat_ids(host: Any, prompt: str) -> list[int]:
-    text = host._tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+    text = host.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                                tokenize=False)
-    return list(host._tokenizer.encode(text, add_special_tokens=False))
+    return list(host.tokenizer.encode(text, add_special_tokens=False))
 
 
 class Progress:
@@ -105,7 +104,7 @@ def measure_dtype(config: EngineConfig, depths: Sequence[int], tokens: int, prog
         for index, depth in enumerate(depths):
             progress.step(f"{dtype}: context depth {depth:,}")
             ttft, ms = host.loop_thread.submit(timed_generation(
-                host, depth_prompt_ids(host._tokenizer, depth, index), tokens, f"{dtype}-depth-{depth}")).result(900)
+                host, depth_prompt_ids(host.tokenizer, depth, index), tokens, f"{dtype}-depth-{depth}")).result(900)
             rows.append(depth_figures(depth, ttft, ms, floor_ms(footprint.weight_bytes, kv_per_token, depth, gbps)))
         return DtypeRun(dtype, True, None, load_seconds=round(ready.load_seconds, 1),
                         kv_capacity_tokens=ready.kv_capacity_tokens, max_concurrency=round(ready.max_concurrency, 2),

@@ -85,7 +85,7 @@ async def _stream(host: Any, ids: list[int], tokens: int, request_id: str, measu
     sent = time.perf_counter()
     deltas: list[tuple[float, int]] = []
     # Straight on AsyncLLM, as the FP8 bench does: the engine is measured, not Nalar's reply layer.
-    async for output in host._engine.generate(host.engine_prompt(ids), params, request_id):
+    async for output in host.raw_generate(ids, params, request_id):
         count = len(output.outputs[0].token_ids)
         if count:
             deltas.append((time.perf_counter(), count))
@@ -106,7 +106,7 @@ async def run_cell(host: Any, context_tokens: int, concurrency: int, plan: Sweep
             staggered = round_ == 0 and index < concurrency - 1 and plan.rounds > 1
             tokens = max(2, plan.output_tokens * (index + 1) // concurrency) if staggered else plan.output_tokens
             name = f"{tag}-{context_tokens}x{concurrency}-{index}-{round_}"
-            ids = unique_prompt_ids(host._tokenizer, context_tokens, name, index + round_)
+            ids = unique_prompt_ids(host.tokenizer, context_tokens, name, index + round_)
             timings.append(await _stream(host, ids, tokens, name, measured=not staggered))
         return timings
 
@@ -130,7 +130,7 @@ def sweep_dtype(config: EngineConfig, plan: SweepPlan, predicted_capacity: int |
     try:
         on_cell(f"{dtype}: starting the engine", 0, 0)
         ready = host.loop_thread.submit(host.start(config, kv_block_size=plan.kv_block_size)).result(900)
-        warm = unique_prompt_ids(host._tokenizer, 64, f"{dtype}-warmup", 0)
+        warm = unique_prompt_ids(host.tokenizer, 64, f"{dtype}-warmup", 0)
         host.loop_thread.submit(_stream(host, warm, 8, f"{dtype}-warmup", True)).result(900)
         capacity = ready.kv_capacity_tokens
         total_blocks = usable_blocks(capacity, block_size)

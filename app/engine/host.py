@@ -16,8 +16,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +34,9 @@ from app.engine.events import (
     EngineEvent,
     EngineReady,
     Finished,
-    FinishReason,
-    LoopDetected,
 )
+from app.engine.kv_stats import KvStats, stat_logger_class
+from app.engine.local_reply import LocalReply, ReplyRequests
 from app.engine.orphans import (
     OWNER_ENV,
     end_orphans,
@@ -46,8 +45,8 @@ from app.engine.orphans import (
     record_engine_processes,
     same_process,
 )
-from app.engine.reasoning import THINK_CLOSE, ReasoningSplitter, Split, make_splitter, think_start_of_prompt
-from app.engine.stream import KvFigures, Phase, ReplyStream
+from app.engine.reasoning import THINK_CLOSE, make_splitter, think_start_of_prompt
+from app.engine.stream import KvFigures, ReplyStream
 
 log = logging.getLogger(__name__)
 
@@ -56,45 +55,6 @@ REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step insi
 FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
 ORPHAN_RECHECK_S = 5.0
 IGNORE_EOS_ENV = "NALAR_IGNORE_EOS"
-BACKSTOP_COPIES = 16  # vLLM's repetition check, where the guard only warns: an exact loop this long is hopeless
-
-
-@dataclass
-class KvStats:
-    """Latest scheduler figures, written by the stat logger on the engine loop."""
-
-    usage: float = 0.0
-    running: int = 0
-    waiting: int = 0
-    peak_usage: float = 0.0
-    preempted: int = 0  # requests vLLM preempted since the engine started (it recomputes them from scratch)
-    on_record: Callable[[KvStats], None] | None = None  # a benchmark's per-step recorder, on the engine loop
-
-
-def _stat_logger_factory(stats: KvStats) -> Any:
-    """A vLLM stat logger class bound to ``stats``. vLLM marks this interface unstable."""
-    from vllm.v1.metrics.loggers import StatLoggerBase
-
-    class KvStatLogger(StatLoggerBase):
-        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
-            self.stats = stats
-
-        def record(self, scheduler_stats: Any, iteration_stats: Any,
-                   mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
-            if scheduler_stats is not None:
-                self.stats.usage = float(scheduler_stats.kv_cache_usage)
-                self.stats.peak_usage = max(self.stats.peak_usage, self.stats.usage)
-                self.stats.running = int(scheduler_stats.num_running_reqs)
-                self.stats.waiting = int(scheduler_stats.num_waiting_reqs)
-            if iteration_stats is not None:
-                self.stats.preempted += int(iteration_stats.num_preempted_reqs)
-            if self.stats.on_record is not None:
-                self.stats.on_record(self.stats)
-
-        def log_engine_initialized(self) -> None:
-            pass
-
-    return KvStatLogger
 
 
 def _is_resource_tracker(proc: psutil.Process) -> bool:
@@ -252,7 +212,7 @@ class EngineHost(EngineBase):
                 if preloaded:
                     log.info("EngineCore preloads %s", ", ".join(p.name for p in preloaded))
                 self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
-                                                         stat_loggers=[_stat_logger_factory(self.kv)])
+                                                         stat_loggers=[stat_logger_class(self.kv)])
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
             raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
@@ -372,6 +332,15 @@ class EngineHost(EngineBase):
             self._answer_now.discard(rid)
             self._aborted.discard(rid)
 
+    @property
+    def tokenizer(self) -> Any:
+        """The engine's tokenizer (None until it is ready): benchmarks build their prompts with it."""
+        return self._tokenizer
+
+    def raw_generate(self, ids: list[int], params: Any, request_id: str) -> AsyncIterator[Any]:
+        """vLLM's own output stream for ``ids``, past the reply layer: benchmarks measure the engine itself."""
+        return self._engine.generate(self.engine_prompt(ids), params, request_id)
+
     def engine_prompt(self, ids: list[int]) -> Any:
         """Token ids rendered the way vLLM now wants them (raw prompts are deprecated), or raw on a vLLM
         without the Renderer API."""
@@ -421,7 +390,8 @@ class EngineHost(EngineBase):
         start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
         splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
         ready = self.ready  # kept: a shutdown mid-reply clears self.ready
-        reply = _LocalReply(
+        requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
+        reply = LocalReply(
             ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
                         kv_capacity_tokens=ready.kv_capacity_tokens,
                         kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling),
@@ -434,16 +404,16 @@ class EngineHost(EngineBase):
         try:
             if resume is not None and resume.phase == "answer":
                 answer_prompt = prompt_ids + reply.generated_ids + (close_ids if thinking_on else [])
-                async for event in self._answer_phase(reply, answer_prompt + self._encode(resume.answer)):
+                async for event in requests.answer_phase(reply, answer_prompt + self._encode(resume.answer)):
                     yield event
             else:
-                async for event in self._think_phase(reply, splitter):
+                async for event in requests.think_phase(reply, splitter):
                     yield event
             if (reply.finish not in ("abort", "loop") and thinking_on and (resume is None or resume.phase == "thinking")
                     and (reply.forced_close or splitter.in_thinking)):
                 answer_prompt = prompt_ids + reply.generated_ids + close_ids
                 if reply.room(len(answer_prompt)) > 1:
-                    async for event in self._answer_phase(reply, answer_prompt):
+                    async for event in requests.answer_phase(reply, answer_prompt):
                         yield event
                 else:
                     reply.finish = "length"
@@ -466,128 +436,3 @@ class EngineHost(EngineBase):
 
     def _encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []
-
-    def _params(self, reply: _LocalReply, max_tokens: int) -> Any:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RepetitionDetectionParams, RequestOutputKind
-
-        sampling, guard = reply.sampling, reply.sampling.loop_guard
-        extra: dict[str, Any] = {}
-        if reply.stream.resamples:  # retrying past a loop: hotter, and away from what was said
-            extra = {"temperature": max(guard.resample_temperature, sampling.temperature + 0.2),
-                     "presence_penalty": 1.0}
-        if not guard.enabled or guard.action == "warn":
-            # The detector does not act here: vLLM's own check ends an exact loop that goes on and on.
-            extra["repetition_detection"] = RepetitionDetectionParams(
-                max_pattern_size=guard.max_period_tokens, min_pattern_size=4, min_count=BACKSTOP_COPIES)
-        return SamplingParams(**{
-            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-            "repetition_penalty": sampling.repetition_penalty, "ignore_eos": reply.ignore_eos,
-            "max_tokens": max_tokens, "output_kind": RequestOutputKind.DELTA, **extra})
-
-    def _on_loop(self, reply: _LocalReply) -> LoopDetected:
-        """Act on the loop the stream found: cut its tokens, and say how the think phase goes on."""
-        event = reply.stream.act_on_loop(can_conclude=reply.can_conclude)
-        if event.outcome in ("concluded", "resampled"):
-            del reply.generated_ids[event.start_token:]
-            reply.forced_close = event.outcome == "concluded"
-            reply.resample = event.outcome == "resampled"
-        elif event.outcome in ("stopped", "cut"):
-            reply.finish = "loop"
-        return event
-
-    async def _think_phase(self, reply: _LocalReply, splitter: ReasoningSplitter) -> AsyncGenerator[EngineEvent, None]:
-        """Phase 1: think (if on) and maybe answer, until the model stops or the thinking is cut.
-
-        A resample after a loop is a new request that goes on from the kept thinking."""
-        rid, stream, sampling = reply.stream.request_id, reply.stream, reply.sampling
-        while True:
-            ids = reply.prompt_ids + reply.generated_ids
-            limit = reply.budget + sampling.max_tokens - len(reply.generated_ids)
-            params = self._params(reply, max(1, min(reply.room(len(ids)), limit)))
-            vllm_id = f"{rid}-think-{stream.resamples}" if stream.resamples else f"{rid}-think"
-            self._live[rid] = vllm_id
-            reply.resample = False
-            outputs = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
-            async with contextlib.aclosing(outputs):
-                async for output in outputs:
-                    completion = output.outputs[0]
-                    delta_ids = list(completion.token_ids)
-                    reply.generated_ids.extend(delta_ids)
-                    phase: Phase = "thinking" if splitter.in_thinking else "answer"
-                    for event in stream.step(phase, splitter.feed(completion.text, delta_ids), delta_ids):
-                        yield event
-                    if (metrics := stream.due_metrics()) is not None:
-                        yield metrics
-                    if output.finished:
-                        reply.finish = _finish_reason(completion)
-                    if rid in self._aborted:
-                        reply.finish = "abort"
-                        break
-                    if stream.loop is not None:
-                        yield self._on_loop(reply)
-                        if reply.finish == "loop" or reply.forced_close or reply.resample:
-                            break
-                    if splitter.in_thinking and (stream.rates["thinking"].tokens >= reply.budget
-                                                 or rid in self._answer_now):
-                        reply.forced_close = True
-                        break
-            if not reply.resample:
-                break
-        for event in stream.texts.take(rid, splitter.flush()):
-            yield event
-
-    async def _answer_phase(self, reply: _LocalReply, ids: list[int]) -> AsyncGenerator[EngineEvent, None]:
-        """Phase 2: the think block was closed for the model; everything it writes now is answer."""
-        rid, stream = reply.stream.request_id, reply.stream
-        params = self._params(reply, min(reply.room(len(ids)), reply.sampling.max_tokens))
-        vllm_id = f"{rid}-answer"
-        self._live[rid] = vllm_id
-        stream.restart_clock("answer")
-        outputs = self._engine.generate(self.engine_prompt(ids), params, vllm_id)
-        async with contextlib.aclosing(outputs):
-            async for output in outputs:
-                completion = output.outputs[0]
-                delta_ids = list(completion.token_ids)
-                reply.generated_ids.extend(delta_ids)
-                for event in stream.step("answer", Split("", completion.text), delta_ids):
-                    yield event
-                if (metrics := stream.due_metrics()) is not None:
-                    yield metrics
-                if output.finished:
-                    reply.finish = _finish_reason(completion)
-                if rid in self._aborted:
-                    reply.finish = "abort"
-                    break
-                if stream.loop is not None:
-                    yield self._on_loop(reply)
-                    if reply.finish == "loop":
-                        break
-
-
-def _finish_reason(completion: Any) -> FinishReason:
-    if completion.finish_reason == "length":
-        return "length"
-    if completion.stop_reason == "repetition_detected":
-        return "loop"  # vLLM's backstop ended it
-    return "abort" if completion.finish_reason == "abort" else "stop"
-
-
-@dataclass
-class _LocalReply:
-    """One reply's state across its think and answer requests."""
-
-    stream: ReplyStream
-    sampling: SamplingConfig
-    prompt_ids: list[int]
-    budget: int
-    ignore_eos: bool
-    generated_ids: list[int] = field(default_factory=list)
-    finish: FinishReason = "stop"
-    forced_close: bool = False
-    can_conclude: bool = True  # an answer phase can follow the thinking
-    resample: bool = False
-
-    def room(self, ids_len: int) -> int:
-        """Tokens left in the context after a prompt of ``ids_len``."""
-        return max(1, self.stream.max_model_len - ids_len)

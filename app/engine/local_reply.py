@@ -1,0 +1,164 @@
+"""One local reply's vLLM requests: the think phase, the answer phase, and what a loop does to them.
+
+EngineHost builds the prompt, the splitter and the ReplyStream; ReplyRequests runs the requests on
+its AsyncLLM and leaves the reply's state in a LocalReply.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.settings import SamplingConfig
+from app.engine.events import EngineEvent, FinishReason, LoopDetected
+from app.engine.reasoning import ReasoningSplitter, Split
+from app.engine.stream import Phase, ReplyStream
+
+BACKSTOP_COPIES = 16  # vLLM's repetition check, where the guard only warns: an exact loop this long is hopeless
+
+
+def finish_reason(completion: Any) -> FinishReason:
+    """Nalar's name for how vLLM ended a request."""
+    if completion.finish_reason == "length":
+        return "length"
+    if completion.stop_reason == "repetition_detected":
+        return "loop"  # vLLM's backstop ended it
+    return "abort" if completion.finish_reason == "abort" else "stop"
+
+
+@dataclass
+class LocalReply:
+    """One reply's state across its think and answer requests."""
+
+    stream: ReplyStream
+    sampling: SamplingConfig
+    prompt_ids: list[int]
+    budget: int
+    ignore_eos: bool
+    generated_ids: list[int] = field(default_factory=list)
+    finish: FinishReason = "stop"
+    forced_close: bool = False
+    can_conclude: bool = True  # an answer phase can follow the thinking
+    resample: bool = False
+
+    def room(self, ids_len: int) -> int:
+        """Tokens left in the context after a prompt of ``ids_len``."""
+        return max(1, self.stream.max_model_len - ids_len)
+
+
+class ReplyRequests:
+    """Runs a reply's requests on ``engine`` (vLLM's AsyncLLM).
+
+    ``live`` maps a reply id to its current vLLM request id (for abort); ``aborted`` and ``answer_now``
+    hold the reply ids the user stopped or asked to answer now. They are the host's, shared, not copied.
+    """
+
+    def __init__(self, engine: Any, engine_prompt: Callable[[list[int]], Any], live: dict[str, str],
+                 aborted: set[str], answer_now: set[str]) -> None:
+        self.engine = engine
+        self.engine_prompt = engine_prompt
+        self.live = live
+        self.aborted = aborted
+        self.answer_now = answer_now
+
+    @staticmethod
+    def params(reply: LocalReply, max_tokens: int) -> Any:
+        """vLLM's SamplingParams for the reply's next request."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RepetitionDetectionParams, RequestOutputKind
+
+        sampling, guard = reply.sampling, reply.sampling.loop_guard
+        extra: dict[str, Any] = {}
+        if reply.stream.resamples:  # retrying past a loop: hotter, and away from what was said
+            extra = {"temperature": max(guard.resample_temperature, sampling.temperature + 0.2),
+                     "presence_penalty": 1.0}
+        if not guard.enabled or guard.action == "warn":
+            # The detector does not act here: vLLM's own check ends an exact loop that goes on and on.
+            extra["repetition_detection"] = RepetitionDetectionParams(
+                max_pattern_size=guard.max_period_tokens, min_pattern_size=4, min_count=BACKSTOP_COPIES)
+        return SamplingParams(**{
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
+            "repetition_penalty": sampling.repetition_penalty, "ignore_eos": reply.ignore_eos,
+            "max_tokens": max_tokens, "output_kind": RequestOutputKind.DELTA, **extra})
+
+    @staticmethod
+    def on_loop(reply: LocalReply) -> LoopDetected:
+        """Act on the loop the stream found: cut its tokens, and say how the think phase goes on."""
+        event = reply.stream.act_on_loop(can_conclude=reply.can_conclude)
+        if event.outcome in ("concluded", "resampled"):
+            del reply.generated_ids[event.start_token:]
+            reply.forced_close = event.outcome == "concluded"
+            reply.resample = event.outcome == "resampled"
+        elif event.outcome in ("stopped", "cut"):
+            reply.finish = "loop"
+        return event
+
+    async def think_phase(self, reply: LocalReply, splitter: ReasoningSplitter) -> AsyncGenerator[EngineEvent, None]:
+        """Phase 1: think (if on) and maybe answer, until the model stops or the thinking is cut.
+
+        A resample after a loop is a new request that goes on from the kept thinking."""
+        rid, stream, sampling = reply.stream.request_id, reply.stream, reply.sampling
+        while True:
+            ids = reply.prompt_ids + reply.generated_ids
+            limit = reply.budget + sampling.max_tokens - len(reply.generated_ids)
+            params = self.params(reply, max(1, min(reply.room(len(ids)), limit)))
+            vllm_id = f"{rid}-think-{stream.resamples}" if stream.resamples else f"{rid}-think"
+            self.live[rid] = vllm_id
+            reply.resample = False
+            outputs = self.engine.generate(self.engine_prompt(ids), params, vllm_id)
+            async with contextlib.aclosing(outputs):
+                async for output in outputs:
+                    completion = output.outputs[0]
+                    delta_ids = list(completion.token_ids)
+                    reply.generated_ids.extend(delta_ids)
+                    phase: Phase = "thinking" if splitter.in_thinking else "answer"
+                    for event in stream.step(phase, splitter.feed(completion.text, delta_ids), delta_ids):
+                        yield event
+                    if (metrics := stream.due_metrics()) is not None:
+                        yield metrics
+                    if output.finished:
+                        reply.finish = finish_reason(completion)
+                    if rid in self.aborted:
+                        reply.finish = "abort"
+                        break
+                    if stream.loop is not None:
+                        yield self.on_loop(reply)
+                        if reply.finish == "loop" or reply.forced_close or reply.resample:
+                            break
+                    if splitter.in_thinking and (stream.rates["thinking"].tokens >= reply.budget
+                                                 or rid in self.answer_now):
+                        reply.forced_close = True
+                        break
+            if not reply.resample:
+                break
+        for event in stream.texts.take(rid, splitter.flush()):
+            yield event
+
+    async def answer_phase(self, reply: LocalReply, ids: list[int]) -> AsyncGenerator[EngineEvent, None]:
+        """Phase 2: the think block was closed for the model; everything it writes now is answer."""
+        rid, stream = reply.stream.request_id, reply.stream
+        params = self.params(reply, min(reply.room(len(ids)), reply.sampling.max_tokens))
+        vllm_id = f"{rid}-answer"
+        self.live[rid] = vllm_id
+        stream.restart_clock("answer")
+        outputs = self.engine.generate(self.engine_prompt(ids), params, vllm_id)
+        async with contextlib.aclosing(outputs):
+            async for output in outputs:
+                completion = output.outputs[0]
+                delta_ids = list(completion.token_ids)
+                reply.generated_ids.extend(delta_ids)
+                for event in stream.step("answer", Split("", completion.text), delta_ids):
+                    yield event
+                if (metrics := stream.due_metrics()) is not None:
+                    yield metrics
+                if output.finished:
+                    reply.finish = finish_reason(completion)
+                if rid in self.aborted:
+                    reply.finish = "abort"
+                    break
+                if stream.loop is not None:
+                    yield self.on_loop(reply)
+                    if reply.finish == "loop":
+                        break
