@@ -100,37 +100,24 @@ class ReplyRequests:
 
         A resample after a loop is a new request that goes on from the kept thinking."""
         rid, stream, sampling = reply.stream.request_id, reply.stream, reply.sampling
+
+        def split(text: str, delta_ids: list[int]) -> tuple[Phase, Split]:
+            phase: Phase = "thinking" if splitter.in_thinking else "answer"  # before the delta moves it on
+            return phase, splitter.feed(text, delta_ids)
+
+        def thinking_cut() -> bool:
+            if splitter.in_thinking and (stream.rates["thinking"].tokens >= reply.budget or rid in self.answer_now):
+                reply.forced_close = True
+            return reply.forced_close
+
         while True:
             ids = reply.prompt_ids + reply.generated_ids
             limit = reply.budget + sampling.max_tokens - len(reply.generated_ids)
             params = self.params(reply, max(1, min(reply.room(len(ids)), limit)))
-            vllm_id = f"{rid}-think-{stream.resamples}" if stream.resamples else f"{rid}-think"
-            self.live[rid] = vllm_id
             reply.resample = False
-            outputs = self.engine.generate(self.engine_prompt(ids), params, vllm_id)
-            async with contextlib.aclosing(outputs):
-                async for output in outputs:
-                    completion = output.outputs[0]
-                    delta_ids = list(completion.token_ids)
-                    reply.generated_ids.extend(delta_ids)
-                    phase: Phase = "thinking" if splitter.in_thinking else "answer"
-                    for event in stream.step(phase, splitter.feed(completion.text, delta_ids), delta_ids):
-                        yield event
-                    if (metrics := stream.due_metrics()) is not None:
-                        yield metrics
-                    if output.finished:
-                        reply.finish = finish_reason(completion)
-                    if rid in self.aborted:
-                        reply.finish = "abort"
-                        break
-                    if stream.loop is not None:
-                        yield self.on_loop(reply)
-                        if reply.finish == "loop" or reply.forced_close or reply.resample:
-                            break
-                    if splitter.in_thinking and (stream.rates["thinking"].tokens >= reply.budget
-                                                 or rid in self.answer_now):
-                        reply.forced_close = True
-                        break
+            vllm_id = f"{rid}-think-{stream.resamples}" if stream.resamples else f"{rid}-think"
+            async for event in self._request(reply, ids, params, vllm_id, split, thinking_cut):
+                yield event
             if not reply.resample:
                 break
         for event in stream.texts.take(rid, splitter.flush()):
@@ -138,18 +125,27 @@ class ReplyRequests:
 
     async def answer_phase(self, reply: LocalReply, ids: list[int]) -> AsyncGenerator[EngineEvent, None]:
         """Phase 2: the think block was closed for the model; everything it writes now is answer."""
-        rid, stream = reply.stream.request_id, reply.stream
         params = self.params(reply, min(reply.room(len(ids)), reply.sampling.max_tokens))
-        vllm_id = f"{rid}-answer"
+        reply.stream.restart_clock("answer")
+        async for event in self._request(reply, ids, params, f"{reply.stream.request_id}-answer",
+                                         lambda text, _: ("answer", Split("", text)), lambda: False):
+            yield event
+
+    async def _request(self, reply: LocalReply, ids: list[int], params: Any, vllm_id: str,
+                       split: Callable[[str, list[int]], tuple[Phase, Split]],
+                       cut: Callable[[], bool]) -> AsyncGenerator[EngineEvent, None]:
+        """One vLLM request's deltas into the reply's stream, until vLLM ends it, the user aborts, the
+        loop guard acts (it sets how the reply goes on) or ``cut()`` says the phase is over."""
+        rid, stream = reply.stream.request_id, reply.stream
         self.live[rid] = vllm_id
-        stream.restart_clock("answer")
         outputs = self.engine.generate(self.engine_prompt(ids), params, vllm_id)
         async with contextlib.aclosing(outputs):
             async for output in outputs:
                 completion = output.outputs[0]
                 delta_ids = list(completion.token_ids)
                 reply.generated_ids.extend(delta_ids)
-                for event in stream.step("answer", Split("", completion.text), delta_ids):
+                phase, part = split(completion.text, delta_ids)
+                for event in stream.step(phase, part, delta_ids):
                     yield event
                 if (metrics := stream.due_metrics()) is not None:
                     yield metrics
@@ -160,5 +156,7 @@ class ReplyRequests:
                     break
                 if stream.loop is not None:
                     yield self.on_loop(reply)
-                    if reply.finish == "loop":
+                    if reply.finish == "loop" or reply.forced_close or reply.resample:
                         break
+                if cut():
+                    break
