@@ -2,7 +2,9 @@
 
 Both run transformers on the CPU (no engine) as jobs (app/commands/jobs.py): a table or JSON on a
 terminal, the job-line protocol with ``--progress-jsonl`` (the app runs them as child processes), and
-the report saved under the data dir's kv-quality/ folder. Cancel stops them between steps (exit 130).
+the report saved under the data dir's kv-quality/ folder. ``kv-check --engine`` adds the same question
+asked of the real engine, per KV dtype (app/commands/kv_engine_check.py), to the same report. Cancel stops
+them between steps (exit 130).
 """
 
 from __future__ import annotations
