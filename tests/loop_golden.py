@@ -1,8 +1,9 @@
 """The loop guard's golden streams: load them, label them, replay them through the app's accounting.
 
 Labels come from each phase of the whole stream (the thinking first), after the fact, by looser rules
-than the detector's (an exact tail repeat of 3+ copies over the issue's 64 tokens, its last copy maybe cut
-by the budget; or a tail chain of 4+ sentences each Jaccard >= 0.6 with one of the next six). A stream
+than the detector's (an exact repeat of 3+ copies over the issue's 64 tokens that runs to within 64 tokens of the
+phase's end; or a tail chain of 4+ sentences each Jaccard >= 0.6 with one of the next six; or one sentence of
+40+ characters word for word 3+ times among the last 12). A stream
 whose label says it loops is a positive; every other stream is a negative.
 """
 
@@ -29,8 +30,9 @@ def load(name: str) -> list[dict[str, Any]]:
 
 def all_streams() -> list[dict[str, Any]]:
     """Every captured stream: greedy thinking turns, samples at temperature 0.6, greedy chat turns."""
-    streams = [stream for name in ("greedy_candidates.jsonl.gz", "sampled_t06.jsonl.gz") if (DATA / name).exists()
-               for stream in load(name)]
+    names = ("greedy_candidates.jsonl.gz", "sampled_t06.jsonl.gz", "greedy_candidates_more.jsonl.gz",
+             "sampled_t06_more.jsonl.gz")
+    streams = [stream for name in names if (DATA / name).exists() for stream in load(name)]
     if (answers := DATA / "greedy_answer.json").exists():
         streams += json.loads(answers.read_text(encoding="utf-8"))["streams"]
     return streams
@@ -75,8 +77,9 @@ class Label:
 
 
 def _exact_label(ids: list[int]) -> tuple[int, int] | None:
-    """An exact tail repeat; the budget may have cut its last copy, so a few tail tokens may be left out."""
-    for cut in range(16):
+    """An exact repeat that runs to within 64 tokens of the end: the budget may have cut its last copy, or the
+    loop slid into another at the very end ("1 m" ×250, then "1" ×26, then ``</think>``)."""
+    for cut in range(64):
         if (found := _exact_tail(ids[:len(ids) - cut])) is not None:
             return found
     return None
@@ -120,6 +123,29 @@ def _drift_label(text: str, ids_count: int, char_to_token: list[int]) -> tuple[i
     return start_token, period
 
 
+def _verbatim_label(text: str, ids_count: int, char_to_token: list[int]) -> tuple[int, int] | None:
+    """One sentence of 40+ characters said word for word (numbers masked) 3+ times among the phase's last 12
+    sentences, its last copy where the guard watches (token 256 on): a loop even when other sentences come
+    between the copies (the tail chain misses that). Copies that all come earlier and stop by themselves are
+    left alone by design (the guard starts at 256), as is a short list counting on."""
+    sentences: list[tuple[int, frozenset[Any]]] = []
+    start = 0
+    for match in _BOUNDARY.finditer(text + "\n"):
+        piece = text[start:match.end()]
+        if len(piece.strip()) >= 40 and (grams := trigrams(piece)):
+            sentences.append((start, grams))
+        start = match.end()
+    tail = sentences[-12:]
+    for index, (start_char, grams) in enumerate(tail):
+        copies = [other for other in tail[index + 1:] if other[1] == grams]
+        last_token = char_to_token[min(copies[-1][0], len(char_to_token) - 1)] if copies and char_to_token else 0
+        if len(copies) >= 2 and last_token >= LoopGuardConfig().start_after_tokens:
+            start_token = char_to_token[min(start_char, len(char_to_token) - 1)] if char_to_token else 0
+            period = max(1, (ids_count - start_token) // (len(copies) + 1))
+            return start_token, period
+    return None
+
+
 def label(stream: dict[str, Any]) -> Label | None:
     """Does a phase of the stream end in a loop (the thinking first), and where did it begin (phase-relative)?"""
     splitter = ThinkTagSplitter(prompt_opened_think=stream["mode"] == "think")
@@ -144,6 +170,8 @@ def label(stream: dict[str, Any]) -> Label | None:
             found.append(Label(phase, exact[0], exact[1], "exact"))
         if (drift := _drift_label(text, len(ids), char_to_token[phase])) is not None:
             found.append(Label(phase, drift[0], drift[1], "drift"))
+        if (verbatim := _verbatim_label(text, len(ids), char_to_token[phase])) is not None:
+            found.append(Label(phase, verbatim[0], verbatim[1], "drift"))
         if found:
             return min(found, key=lambda lab: lab.start_token)
     return None

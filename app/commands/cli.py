@@ -98,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         job.add_argument("--tokens", type=int, default=128, help="continuation tokens scored per prompt")
         job.add_argument("--json", action="store_true", help="print the report as JSON")
         job.add_argument("--progress-jsonl", action="store_true", help="speak the app's job-line protocol")
+        if name == "kv-check":
+            job.add_argument("--engine", action="store_true",
+                             help="also run the prompts on the real engine, auto and fp8_e4m3 KV: loop rate and "
+                                  "leading tokens that agree")
+            job.add_argument("--engine-tokens", type=int, default=512, help="most tokens per real-engine request")
+            job.add_argument("--seeds", type=int, default=3, help="seeded samples at temperature 0.6 per prompt")
+            job.add_argument("--engine-prompts", type=int, default=8, choices=range(1, 9),
+                             help="real-engine prompts: the 3 reasoning prompts, then 5 word problems")
         if name == "calibrate":
             job.add_argument("--out", help="where to write the calibrated folder (default: next to the model)")
     args = parser.parse_args(argv)
@@ -111,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.command == "kv-check":
             return run_kv_check(args.model, prompts=args.prompts, tokens=args.tokens, as_json=args.json,
-                                jsonl=args.progress_jsonl)
+                                jsonl=args.progress_jsonl, engine=args.engine, engine_tokens=args.engine_tokens,
+                                seeds=args.seeds, engine_prompts=args.engine_prompts)
         return run_calibrate(args.model, args.out, prompts=args.prompts, tokens=args.tokens, as_json=args.json,
                              jsonl=args.progress_jsonl)
     if args.command == "download":

@@ -2,7 +2,9 @@
 
 Both run transformers on the CPU (no engine) as jobs (app/commands/jobs.py): a table or JSON on a
 terminal, the job-line protocol with ``--progress-jsonl`` (the app runs them as child processes), and
-the report saved under the data dir's kv-quality/ folder. Cancel stops them between steps (exit 130).
+the report saved under the data dir's kv-quality/ folder. ``kv-check --engine`` adds the same question
+asked of the real engine, per KV dtype (app/commands/kv_engine_check.py), to the same report. Cancel stops
+them between steps (exit 130).
 """
 
 from __future__ import annotations
@@ -104,17 +106,32 @@ def _run(title: str, work: Callable[[JobContext], Outcome], render: Callable[[Ou
     return run_job(job, jsonl=jsonl, as_json=as_json)
 
 
-def run_kv_check(model: str | None, *, prompts: int, tokens: int, as_json: bool, jsonl: bool) -> int:
+def run_kv_check(model: str | None, *, prompts: int, tokens: int, as_json: bool, jsonl: bool, engine: bool = False,
+                 engine_tokens: int = 512, seeds: int = 3, engine_prompts: int = 8) -> int:
     def work(job: JobContext) -> QualityCheck:
         from app.core.kv_calibration import read_calibrated_scales
 
         folder, trust = resolve_model_folder(model)
         stored = read_calibrated_scales(folder)
+        emulated = job.writer.progress if not engine else lambda fraction, message: job.writer.progress(
+            0.3 * (fraction or 0.0), message)
         # A calibrated folder is checked with the scales vLLM will load from it.
         report = run_quality_check(folder, prompts=REASONING_PROMPTS[:prompts], tokens=tokens,
                                    calibrated={"fp8_e4m3": stored} if stored else None,
-                                   trust_remote_code=trust, progress=job.writer.progress, cancel=job.cancel)
-        return _saved("check", folder, _checked(report, scales_in_folder=stored is not None))
+                                   trust_remote_code=trust, progress=emulated, cancel=job.cancel)
+        check = _checked(report, scales_in_folder=stored is not None)
+        if engine:
+            from app.commands.kv_engine_check import run_engine_check
+            from app.core.kv_engine_report import ENGINE_PROMPTS
+            from app.core.settings import changed, load_settings
+
+            config = changed(load_settings()[0].engine, model=str(folder), trust_remote_code=trust)
+            check = dataclasses.replace(check, engine=run_engine_check(
+                config, ENGINE_PROMPTS[:engine_prompts], seeds=seeds, max_tokens=engine_tokens, cancel=job.cancel,
+                progress=lambda fraction, message: job.writer.progress(0.3 + 0.7 * fraction, message)))
+            if job.cancel.is_set():
+                raise CheckCancelled("cancelled")
+        return _saved("check", folder, check)
 
     return _run("The KV quality check", work, format_check, as_json=as_json, jsonl=jsonl)
 

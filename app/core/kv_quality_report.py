@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from app.core.kv_engine_report import EngineCheck, format_engine_check
 from app.core.kv_quality import Advice, QualityReport, VariantResult
 from app.core.tables import fmt, text_table
 
@@ -27,19 +28,25 @@ def advice_from_dict(data: dict[str, Any] | None) -> Advice | None:
 
 @dataclass(frozen=True)
 class QualityCheck:
-    """The measurements and the advice on them (the advice is about the scales vLLM will load)."""
+    """The measurements and the advice on them (the advice is about the scales vLLM will load); with
+    ``engine``, the same question asked of the real engine next to them (`nalar kv-check --engine`)."""
 
     report: QualityReport
     advice: Advice | None
     saved: str = ""
+    engine: EngineCheck | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = {**self.report.to_dict(), "advice": asdict(self.advice) if self.advice else None}
+        if self.engine is not None:
+            data["engine"] = self.engine.to_dict()
         return {**data, "saved": self.saved} if self.saved else data
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> QualityCheck:
-        return QualityCheck(report_from_dict(data), advice_from_dict(data.get("advice")), data.get("saved", ""))
+        engine = EngineCheck.from_dict(data["engine"]) if data.get("engine") else None
+        return QualityCheck(report_from_dict(data), advice_from_dict(data.get("advice")), data.get("saved", ""),
+                            engine)
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,7 @@ def format_check(check: QualityCheck) -> str:
     return "\n".join([f"KV quality check: {report.model}",
                       f"{report.prompts} prompts × {report.tokens_per_prompt} tokens, teacher-forced, "
                       f"{report.seconds:.0f} s", text_table(HEADERS, table_rows(report)), "",
+                      *([format_engine_check(check.engine), ""] if check.engine else []),
                       advice_text(check.advice), f"saved: {check.saved}"])
 
 

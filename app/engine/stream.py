@@ -9,11 +9,11 @@ phase's tokens here, so every backend has it; a backend only says how it can act
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from app.core.settings import SamplingConfig
+from app.core.settings import LoopGuardConfig, SamplingConfig
 from app.engine.base import Resume
 from app.engine.errors import EngineFailure
 from app.engine.events import (
@@ -28,7 +28,7 @@ from app.engine.events import (
     ThinkingDelta,
 )
 from app.engine.loop_guard import Loop, LoopDetector
-from app.engine.reasoning import ReplyTexts, Split
+from app.engine.reasoning import ReplyTexts, Split, ThinkTagSplitter
 
 Phase = Literal["thinking", "answer"]
 METRICS_INTERVAL_S = 0.1
@@ -231,3 +231,18 @@ class ReplyStream:
     def _finished(self, reason: FinishReason, metrics: Metrics) -> Finished:
         return Finished(self.request_id, reason, self.texts.thinking_text, self.texts.answer_text, metrics,
                         tuple(self.loops))
+
+
+def first_loop(deltas: Iterable[tuple[Sequence[int], str]], guard: LoopGuardConfig, *,
+               prompt_opened_think: bool) -> tuple[Phase, Loop] | None:
+    """Where the loop guard would fire on a recorded stream (each delta's token ids and text), watched as a
+    reply is: split at ``</think>``, each phase its own detector, checks from the reply's
+    ``start_after_tokens`` on. None: it would not fire."""
+    reply = ReplyStream("recorded", sampling=SamplingConfig(loop_guard=guard))
+    splitter = ThinkTagSplitter(prompt_opened_think=prompt_opened_think)
+    for ids, text in deltas:
+        phase: Phase = "thinking" if splitter.in_thinking else "answer"
+        reply.step(phase, splitter.feed(text, ids), ids)
+        if reply.loop is not None:
+            return reply.loop
+    return None
