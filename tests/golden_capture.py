@@ -114,7 +114,7 @@ def _prompt_ids(host: EngineHost, question: str, mode: str) -> list[int]:
     return host.fit_prompt([{"role": "user", "content": question}], 1024, opened_think=False)[0]
 
 
-async def _one(host: EngineHost, engine: Any, question: str, mode: str, temperature: float, seed: int | None,
+async def _one(host: EngineHost, question: str, mode: str, temperature: float, seed: int | None,
                max_tokens: int, rid: str) -> dict[str, Any]:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
@@ -125,7 +125,7 @@ async def _one(host: EngineHost, engine: Any, question: str, mode: str, temperat
     ids: list[list[int]] = []
     texts: list[str] = []
     finish = None
-    async for output in engine.generate(host.engine_prompt(_prompt_ids(host, question, mode)), params, rid):
+    async for output in host.raw_generate(_prompt_ids(host, question, mode), params, rid):
         completion = output.outputs[0]
         ids.append(list(completion.token_ids))
         texts.append(completion.text)
@@ -137,11 +137,10 @@ async def _one(host: EngineHost, engine: Any, question: str, mode: str, temperat
 async def _capture(host: EngineHost, jobs: list[tuple[str, str, float, int | None, int]],
                    out: dict[int, Path]) -> None:
     """Run the jobs concurrently; each stream is appended to its file as soon as it ends (a crash keeps them)."""
-    engine = host._engine  # the raw vLLM engine, as app/bench.py uses it: deltas with their token ids
 
     async def run(index: int) -> None:
         question, mode, temperature, seed, max_tokens = jobs[index]
-        stream = await _one(host, engine, question, mode, temperature, seed, max_tokens, f"cap-{index}")
+        stream = await _one(host, question, mode, temperature, seed, max_tokens, f"cap-{index}")
         with gzip.open(out[index], "at", encoding="utf-8") as handle:
             handle.write(json.dumps(stream) + "\n")
 
@@ -152,7 +151,6 @@ async def _capture_bounded(host: EngineHost, jobs: list[tuple[str, str, float, i
                            out: dict[int, Path], at_once: int, seconds: float) -> None:
     """Like _capture, but at most ``at_once`` requests in flight, and none started after ``seconds``;
     the ones still running then are cancelled (vLLM aborts them) and left out."""
-    engine = host._engine
     gate = asyncio.Semaphore(at_once)
     deadline = asyncio.get_running_loop().time() + seconds
 
@@ -161,7 +159,7 @@ async def _capture_bounded(host: EngineHost, jobs: list[tuple[str, str, float, i
             if asyncio.get_running_loop().time() > deadline:
                 return
             question, mode, temperature, seed, max_tokens = jobs[index]
-            stream = await _one(host, engine, question, mode, temperature, seed, max_tokens, f"more-{index}")
+            stream = await _one(host, question, mode, temperature, seed, max_tokens, f"more-{index}")
             with gzip.open(out[index], "at", encoding="utf-8") as handle:
                 handle.write(json.dumps(stream) + "\n")
 
@@ -179,7 +177,7 @@ def _capture_two_phase(problems: list[str], max_tokens: int) -> int:
     greedy_candidates_more.jsonl.gz as they end."""
     async def run_all(host: EngineHost) -> None:
         async def one(index: int, question: str) -> None:
-            stream = await _two_phases(host, host._engine, question, max_tokens, f"more-two-{index}")
+            stream = await _two_phases(host, question, max_tokens, f"more-two-{index}")
             with gzip.open(DATA / "greedy_candidates_more.jsonl.gz", "at", encoding="utf-8") as handle:
                 handle.write(json.dumps(stream) + "\n")
 
@@ -210,22 +208,22 @@ def _capture_more(seeds: int, sampled_tokens: int, think_tokens: int, seconds: f
     return 0
 
 
-async def _two_phases(host: EngineHost, engine: Any, question: str, max_tokens: int, rid: str) -> dict[str, Any]:
+async def _two_phases(host: EngineHost, question: str, max_tokens: int, rid: str) -> dict[str, Any]:
     """A greedy reply as EngineHost writes it with the default settings: think (up to the budget), then, if the
     think block is still open, the forced ``</think>`` and the answer as a second request. One stream."""
-    stream = await _one(host, engine, question, "think", 0.0, None, max_tokens, rid + "-think")
+    stream = await _one(host, question, "think", 0.0, None, max_tokens, rid + "-think")
     text = "".join(stream["texts"])
     if "</think>" in text:
         return stream
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    close = list(host._tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
+    close = list(host.tokenizer.encode(FORCED_THINK_CLOSE, add_special_tokens=False))
     prompt = _prompt_ids(host, question, "think") + [i for ids in stream["ids"] for i in ids] + close
     stream["ids"].append(close)
     stream["texts"].append(FORCED_THINK_CLOSE)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, output_kind=RequestOutputKind.DELTA)
-    async for output in engine.generate(host.engine_prompt(prompt), params, rid + "-answer"):
+    async for output in host.raw_generate(prompt, params, rid + "-answer"):
         stream["ids"].append(list(output.outputs[0].token_ids))
         stream["texts"].append(output.outputs[0].text)
         stream["finish"] = output.outputs[0].finish_reason
@@ -242,10 +240,9 @@ def _capture_answers(problems: int, max_tokens: int) -> int:
     streams: list[dict[str, Any]] = []
 
     async def run_all(host: EngineHost) -> None:
-        engine = host._engine
-        plain = [_one(host, engine, q, "answer", 0.0, None, max_tokens, f"ans-{i}")
+        plain = [_one(host, q, "answer", 0.0, None, max_tokens, f"ans-{i}")
                  for i, q in enumerate(ARITHMETIC[:problems])]
-        phased = [_two_phases(host, engine, q, max_tokens, f"two-{i}") for i, q in enumerate(ARITHMETIC[:problems])]
+        phased = [_two_phases(host, q, max_tokens, f"two-{i}") for i, q in enumerate(ARITHMETIC[:problems])]
         streams.extend(await asyncio.gather(*plain, *phased))
 
     host = EngineHost()

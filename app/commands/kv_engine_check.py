@@ -40,7 +40,7 @@ async def _stream(host: Any, prompt_ids: list[int], sampling: Sampling, max_toke
     ids: list[list[int]] = []
     texts: list[str] = []
     finish = None
-    async for output in host._engine.generate(host.engine_prompt(prompt_ids), params, request_id):
+    async for output in host.raw_generate(prompt_ids, params, request_id):
         completion = output.outputs[0]
         ids.append(list(completion.token_ids))
         texts.append(completion.text)
