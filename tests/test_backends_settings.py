@@ -31,8 +31,8 @@ from app.core.settings import (
 )
 from app.engine.backends import build_engine
 from app.engine.capability import GpuInfo, HardwareProbe
+from app.engine.engine_process import EngineProcess
 from app.engine.failover import FailoverEngine
-from app.engine.host import EngineHost
 from app.engine.remote import RemoteEngine
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.ui.settings_dialog import SettingsDialog
@@ -209,12 +209,13 @@ def test_the_factory_builds_what_the_backend_settings_say(memory_keyring) -> Non
     gpu_box = EndpointProfile(name="gpu-box", base_url="http://gpu-box:8000/v1", model="m")
     spare = EndpointProfile(name="spare", base_url="http://spare:8000/v1")
     cases = {
-        "local only": (BackendsConfig(profiles=(gpu_box,)), EngineHost, None),
+        "local only": (BackendsConfig(profiles=(gpu_box,)), EngineProcess, None),
         "remote only": (BackendsConfig(profiles=(gpu_box,), active="gpu-box"), RemoteEngine, None),
-        "local, remote fallback": (BackendsConfig(profiles=(gpu_box,), fallback="gpu-box"), EngineHost, RemoteEngine),
+        "local, remote fallback": (BackendsConfig(profiles=(gpu_box,), fallback="gpu-box"), EngineProcess,
+                                   RemoteEngine),
         "remote, local fallback": (BackendsConfig(profiles=(gpu_box, spare), active="gpu-box", fallback="spare",
                                                   fallback_to_local=True, first_token_budget_s=2), RemoteEngine,
-                                   EngineHost),
+                                   EngineProcess),
         "remote, remote fallback": (BackendsConfig(profiles=(gpu_box, spare), active="gpu-box", fallback="spare"),
                                     RemoteEngine, RemoteEngine),
     }

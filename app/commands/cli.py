@@ -15,7 +15,8 @@ from typing import TypeVar  # noqa: E402
 Number = TypeVar("Number", int, float)
 
 
-def _configure_logging() -> None:
+def configure_logging(*, console: bool = True) -> None:
+    """nalar.log in the log dir (the engine process writes there too), and warnings on the console."""
     from logging.handlers import RotatingFileHandler
 
     from app.core import paths
@@ -27,9 +28,10 @@ def _configure_logging() -> None:
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     root.addHandler(handler)
-    console = logging.StreamHandler()
-    console.setLevel(logging.WARNING)
-    root.addHandler(console)
+    if console:
+        stream = logging.StreamHandler()
+        stream.setLevel(logging.WARNING)
+        root.addHandler(stream)
 
 
 def _positive_list(convert: Callable[[str], Number]) -> Callable[[str], list[Number]]:
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         from app.commands.doctor import run_doctor
 
         return run_doctor(args.json)
-    _configure_logging()
+    configure_logging()
     if args.command in ("kv-check", "calibrate"):
         from app.commands.kv_check import run_calibrate, run_kv_check
 

