@@ -23,7 +23,7 @@ import pytest
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.engine_process import EngineProcess
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, StatusChanged
+from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, StatusChanged
 from app.engine.orphans import same_process
 from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes
 
