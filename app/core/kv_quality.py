@@ -360,7 +360,7 @@ def advise(report: QualityReport, fp8_runs_here: bool, unsupported_reason: str |
                "run the calibration and use the calibrated model.")
     if not fp8_runs_here:
         return Advice("auto", confidence, f"{figures}, but this machine can't run an FP8 KV cache: "
-                      f"{unsupported_reason or 'not supported'}.")
+                      f"{(unsupported_reason or 'not supported').rstrip('.')}.")
     if e4m3.top1_agreement >= 0.98 and e4m3.mean_kl <= 0.02:
         return Advice("fp8_e4m3", confidence, f"{figures}: FP8 keeps this model's choices, and doubles the "
                       f"context that fits.{tip}")
