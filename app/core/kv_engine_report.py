@@ -16,15 +16,32 @@ from typing import Any
 from app.core.kv_quality import REASONING_PROMPTS
 from app.core.tables import fmt, text_table
 
-# The quality check's reasoning prompts, and one-line word problems on which the embedded model loops readily
-# under greedy decoding (tests/golden_capture.py has them all): a loop rate that can move.
-WORD_PROBLEMS = (
+# One-line word problems: the embedded model loops on these under greedy decoding (tests/golden_capture.py
+# records its streams on them).
+LOOPING_WORD_PROBLEMS = (
     "A shop sells pens at 3 dollars each. Tom buys 7 pens and pays with a 50 dollar note. How much change?",
+    "Sara has 12 apples, gives 5 to Ben and buys 9 more. How many apples does she have?",
+    "A train travels 60 km per hour for 3 hours and then 40 km per hour for 2 hours. How far does it go?",
     "If 4 workers build a wall in 6 days, how many days do 8 workers need?",
+    "A box holds 24 eggs. How many boxes are needed for 150 eggs?",
+    "Mia reads 15 pages a day. How many days does she need for a 240-page book?",
+    "A rectangle is 8 cm long and 5 cm wide. What is its area and its perimeter?",
     "John is 3 times as old as his son. In 12 years he will be twice as old. How old is the son?",
     "A farmer has chickens and cows, 30 heads and 74 legs in all. How many cows?",
+    "A car uses 6 liters of fuel per 100 km. How much fuel for 350 km?",
+    "What is 17 times 23, then minus 45?",
+    "A recipe needs 3 eggs for 4 people. How many eggs for 10 people?",
+    "Anna saves 25 dollars a week. How many weeks until she has 400 dollars?",
+    "A tank fills at 12 liters a minute and drains at 4 liters a minute. How long to fill 200 liters?",
+    "Three friends share a 45 dollar bill and a 9 dollar tip equally. How much does each pay?",
+    "A bus has 40 seats. 27 people get on, then 9 get off and 15 get on. How many empty seats?",
+    "What is the sum of the first 20 odd numbers?",
+    "A shirt costs 40 dollars and is discounted by 15 percent. What is the new price?",
     "Tim runs 5 km every day except Sunday. How far does he run in 4 weeks?",
+    "A pizza is cut into 8 slices. 3 people eat 2 slices each. What fraction is left?",
 )
+# kv-check --engine runs the quality check's reasoning prompts and five of these: a loop rate that can move.
+WORD_PROBLEMS = tuple(LOOPING_WORD_PROBLEMS[i] for i in (0, 3, 7, 8, 18))
 ENGINE_PROMPTS = REASONING_PROMPTS + WORD_PROBLEMS
 
 
