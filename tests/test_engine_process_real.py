@@ -137,10 +137,12 @@ def test_engine_process_streams_survives_its_child_dying_and_closes_leaving_noth
     assert vllm_processes(before) == []
 
 
-def test_a_killed_window_ends_its_engine_process_and_engine_core(tmp_path: Path) -> None:
-    """The window SIGKILLed while its engine loads, and not reaped (a zombie, as under a launcher that
-    waits late). Bugs caught: the window keeping a copy of the child's pipe end (the child never sees
-    EOF), a child that only reads the pipe between requests, and a child that exits but leaves EngineCore."""
+@pytest.mark.parametrize("ending", ["window SIGKILLed", "engine process SIGTERMed"])
+def test_an_ended_window_or_a_terminated_engine_process_leaves_no_engine(tmp_path: Path, ending: str) -> None:
+    """While the engine loads: the window SIGKILLed and not reaped (a zombie, as under a launcher that
+    waits late), or the engine process sent SIGTERM (a ``pkill``, a session ending). Bugs caught: a child
+    that reads the pipe only between requests (it waits out the load), or doesn't end its engine on EOF;
+    SIGTERM's default action, which ends the child but leaves EngineCore."""
     model = str(require_embedded_model())
     script = tmp_path / "window.py"
     script.write_text(textwrap.dedent(f"""
@@ -163,10 +165,18 @@ def test_a_killed_window_ends_its_engine_process_and_engine_core(tmp_path: Path)
             return bool(engine_cores(marks))
 
         wait_until(engine_core_started, 300, "EngineCore to start under the engine process")
-        family = [mark for mark in marks if mark[0] != window.pid]
-        window.send_signal(signal.SIGKILL)
-        wait_until(lambda: psutil.Process(window.pid).status() == psutil.STATUS_ZOMBIE, 10, "the window to die")
+        spawned = [child for child in psutil.Process(window.pid).children()
+                   if "spawn_main" in " ".join(child.cmdline())]
+        assert len(spawned) == 1, f"one engine process under the window, not {spawned}"
+        family = process_family(spawned[0].pid)  # the engine process, EngineCore and their helpers
+        if ending == "window SIGKILLed":
+            window.send_signal(signal.SIGKILL)
+            wait_until(lambda: psutil.Process(window.pid).status() == psutil.STATUS_ZOMBIE, 10, "the window to die")
+        else:
+            os.kill(spawned[0].pid, signal.SIGTERM)
         wait_until(lambda: running(family) == [], 60, "the engine process and EngineCore to end by themselves")
+        if ending != "window SIGKILLed":
+            assert window.poll() is None, "the window lives on when its engine process ends"
     finally:
         left = end_processes(marks)
         window.wait(30)

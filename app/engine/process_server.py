@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
+import signal
 import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -53,12 +54,19 @@ def _forget(streams: dict[str, Any], rid: str) -> Callable[[Any], None]:
     return lambda _: streams.pop(rid, None)
 
 
+def _exit_cleanly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)  # in the main thread: the `finally` below ends the engine first
+
+
 def serve(conn: Connection) -> None:
     """The child's main: run requests until the window says exit or its end of the pipe closes."""
     from app.commands.cli import configure_logging
     from app.engine.host import EngineHost
 
     configure_logging(console=False)
+    # Ctrl+C in a terminal reaches the whole process group: the window closes, and tells us to exit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_cleanly)  # a plain SIGTERM would leave EngineCore running
     out = _Outbox(conn)
     host = EngineHost(on_status=lambda event: out.send(("status", event)))
     streams: dict[str, concurrent.futures.Future[Any]] = {}
