@@ -29,14 +29,13 @@ from app.engine.orphans import OWNER_ENV, owner_tag, record_engine_processes, sa
 log = logging.getLogger(__name__)
 
 
-
 def process_gone() -> EngineFailure:
     return EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
                          "Restart the engine; the partial answer is kept.")
 
 
 class EngineProcess(EngineBase):
-    """The in-process interface to an engine that runs in a child process."""
+    """The window's handle on an EngineHost that runs in a child process."""
 
     can_resume = True
 
@@ -64,6 +63,7 @@ class EngineProcess(EngineBase):
             return
         from app.engine import process_server
 
+        self._status("loading", "starting the engine process…", 0.01)
         if self._conn is not None:
             self._conn.close()  # a dead child's end; its reader thread has seen EOF
         context = multiprocessing.get_context("spawn")  # fork would copy Qt and this process's threads
@@ -139,13 +139,12 @@ class EngineProcess(EngineBase):
     async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
         if self.ready is not None:
             await self.shutdown()
-        self._status("loading", "starting the engine process…", 0.01)
         await asyncio.get_running_loop().run_in_executor(None, self._ensure_process)
         self._engine_dead = False
         self.ready = await self._call("start", config, kv_block_size)
         record_engine_processes()  # the child and its EngineCore, should this process die
         # Kept to end them at close even if the child dies first: its EngineCore can outlive it (vllm#55510).
-        self._family |= {(p.pid, p.create_time()) for p in _descendants(self._process.pid)}
+        self._family |= _marks(self._process.pid)
         return self.ready
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
@@ -211,7 +210,7 @@ class EngineProcess(EngineBase):
         """From any thread but the engine loop: end the engine, the child and anything it left."""
         process = self._process
         if process is not None:
-            family = {(p.pid, p.create_time()) for p in _descendants(process.pid)} | self._family
+            family = _marks(process.pid) | self._family
             with contextlib.suppress(EngineFailure):
                 self._send(("exit",))
             process.join(timeout)
@@ -232,8 +231,14 @@ class EngineProcess(EngineBase):
             self.loop_thread.stop()
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
+def _marks(pid: int) -> set[tuple[int, float]]:
+    """(pid, start time) of a process's descendants now: enough to end them later, never a reused pid."""
+    marks: set[tuple[int, float]] = set()
     try:
-        return psutil.Process(pid).children(recursive=True)
+        descendants = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
-        return []
+        return marks
+    for proc in descendants:
+        with contextlib.suppress(psutil.Error):
+            marks.add((proc.pid, proc.create_time()))
+    return marks
