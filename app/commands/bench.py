@@ -232,6 +232,30 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
             "longest_ui_stall_ms": round(stall * 1000, 1), "every_character_arrived": complete}
 
 
+def bench_ui_thread(answer_words: int = 500) -> dict[str, Any]:
+    """A send in a long conversation: the thread above the live reply gains one reply and one question."""
+    from app.core.conversation import Conversation, Turn
+    from app.ui.chat_view import ChatView
+
+    app, _ = _qt_app()
+    view = ChatView()
+    view.resize(1000, 800)
+    view.show()
+    view.render_thread(Conversation(turns=[Turn("warm-up", answer="x")]))  # fonts load once, not in a figure
+    result: dict[str, Any] = {"benchmark": "ui-thread", "answer_words": answer_words}
+    for turns in (10, 30, 60):
+        conversation = Conversation(turns=[Turn(f"question {n}", answer="".join(synthetic_words(answer_words)),
+                                                finish_reason="stop") for n in range(turns)])
+        view.start_reply(conversation)  # the conversation as shown before the send
+        app.processEvents()
+        conversation.turns.append(Turn("the next question"))
+        started = time.perf_counter()
+        view.start_reply(conversation)
+        result[f"send after {turns} turns: ms"] = round((time.perf_counter() - started) * 1000, 1)
+    view.close()
+    return result
+
+
 def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
     """Real engine: UI stall while loading, then end-to-end tok/s through the window against raw AsyncLLM.
 
@@ -358,6 +382,7 @@ def run_bench(what: str, *, tokens: int, as_json: bool) -> int:
         results.append(bench_startup())
     if what in ("ui", "all"):
         results.append(bench_ui_synthetic())
+        results.append(bench_ui_thread())
         results.append(bench_ui_real(tokens))
     if what in ("engine", "all"):
         results.append(bench_engine(tokens))

