@@ -23,7 +23,7 @@ import pytest
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.engine_process import EngineProcess
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, StatusChanged
+from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, StatusChanged
 from app.engine.orphans import same_process
 from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes
 
@@ -69,11 +69,35 @@ def engine_cores(marks: list[tuple[int, float]]) -> list[tuple[int, float]]:
     return cores
 
 
+def reply_killed_midway(engine: EngineProcess, kill: Any, rid: str) -> tuple[Finished, list[EngineEvent]]:
+    """A long reply, ``kill`` once it streams: it must end as an engine-died error with its text kept."""
+    events: list[EngineEvent] = []
+    streaming = threading.Event()
+
+    def sink(event: EngineEvent) -> None:
+        events.append(event)
+        if sum(isinstance(e, AnswerDelta) for e in events) >= 5:
+            streaming.set()
+
+    reply = engine.loop_thread.submit(engine.stream_to(sink, COUNTING, SamplingConfig(think_budget=0, max_tokens=1500),
+                                                       rid, ignore_eos=True))  # still streaming when killed
+    assert streaming.wait(300), "the long reply never streamed"
+    kill()
+    finished = reply.result(60)
+    arrived = "".join(e.text for e in events if isinstance(e, AnswerDelta))
+    assert finished is not None and finished.reason == "error"
+    assert finished.answer_text == arrived and arrived, "the partial answer is kept"
+    errors = [e for e in events if isinstance(e, EngineErrorEvent)]
+    assert errors and errors[0].failure.kind is FailureKind.ENGINE_DIED
+    return finished, events
+
+
 def test_engine_process_streams_survives_its_child_dying_and_closes_leaving_nothing(tmp_path: Path) -> None:
     """Bugs caught: a failure that loses its kind or fix crossing the pipe (EngineFailure pickles only its
-    message by default); deltas lost or reordered; a reply that hangs, or loses its text, when the engine
-    process dies mid-answer; ``engine_died`` not set; a dead child's EngineCore (vllm#55510) kept running
-    through the next start; a restart that reuses the dead child; anything left running after close."""
+    message by default); deltas lost or reordered; a reply that hangs, or loses its text, when EngineCore
+    or the engine process dies mid-answer; ``engine_died`` not set in either case; a restart that spawns a
+    new process while the old one lives, or reuses a dead one; a dead child's EngineCore (vllm#55510) kept
+    running through the next start; anything left running after close."""
     before = child_pids()
     statuses: list[StatusChanged] = []
     engine = EngineProcess(on_status=statuses.append)
@@ -101,24 +125,17 @@ def test_engine_process_streams_survives_its_child_dying_and_closes_leaving_noth
         assert finished.metrics.answer_tokens == 48
         assert "".join(e.text for e in events if isinstance(e, AnswerDelta)) == finished.answer_text != ""
 
-        events = []
-        streaming = threading.Event()
+        # EngineCore killed mid-reply: the engine process reports it; the process itself lives on.
+        core_pid = next(pid for pid, _ in first_cores if psutil.Process(pid).name() == "VLLM::EngineCore")
+        reply_killed_midway(engine, lambda: os.kill(core_pid, signal.SIGKILL), "core-killed")
+        wait_until(engine.engine_died, 30, "engine_died() after EngineCore was killed")
+        ready = run(engine, engine.start(EngineConfig(model=model, max_model_len=2048)))
+        assert engine.pid == first_child and not engine.engine_died(), "the engine process is kept for restarts"
+        marks += process_family(first_child)
+        first_cores = engine_cores(process_family(first_child))
 
-        def sink(event: EngineEvent) -> None:
-            events.append(event)
-            if sum(isinstance(e, AnswerDelta) for e in events) >= 5:
-                streaming.set()
-
-        reply = engine.loop_thread.submit(engine.stream_to(sink, COUNTING, SamplingConfig(think_budget=0,
-                                                           max_tokens=1500), "killed", ignore_eos=True))
-        assert streaming.wait(300), "the long reply never streamed"
-        os.kill(first_child, signal.SIGKILL)
-        finished = reply.result(60)
-        arrived = "".join(e.text for e in events if isinstance(e, AnswerDelta))
-        assert finished is not None and finished.reason == "error"
-        assert finished.answer_text == arrived and arrived, "the partial answer is kept"
-        errors = [e for e in events if isinstance(e, EngineErrorEvent)]
-        assert errors and errors[0].failure.kind is FailureKind.ENGINE_DIED
+        # The engine process itself killed mid-reply: the window ends the reply and says the engine died.
+        reply_killed_midway(engine, lambda: os.kill(first_child, signal.SIGKILL), "process-killed")
         wait_until(engine.engine_died, 30, "engine_died() after the engine process was killed")
 
         ready = run(engine, engine.start(EngineConfig(model=model, max_model_len=2048)))
