@@ -49,6 +49,7 @@ class EngineProcess(EngineBase):
         self._streams: dict[str, asyncio.Queue[EngineEvent | None]] = {}  # None: the child is gone
         self._family: set[tuple[int, float]] = set()  # (pid, start time): every child's engine processes
         self._engine_dead = False
+        self._starts = 0  # start requests sent to the current child: its death reports name one
         self._process_gone = False
 
     @property
@@ -72,7 +73,7 @@ class EngineProcess(EngineBase):
         process = context.Process(target=process_server.serve, args=(theirs,), name="nalar-engine")
         process.start()
         theirs.close()  # only the child holds its end now: our exit is its EOF
-        self._process, self._conn, self._process_gone = process, ours, False
+        self._process, self._conn, self._process_gone, self._starts = process, ours, False, 0
         threading.Thread(target=self._read, args=(ours,), name="nalar-engine-pipe", daemon=True).start()
         log.info("engine process %d started", process.pid)
 
@@ -109,7 +110,7 @@ class EngineProcess(EngineBase):
                     future.set_result(message[2])
                 else:
                     future.set_exception(message[2])
-        elif kind == "engine_died":
+        elif kind == "engine_died" and message[1] == self._starts:  # not about an engine since replaced
             self._engine_dead = True
 
     def _child_gone(self, conn: Any) -> None:
@@ -141,6 +142,7 @@ class EngineProcess(EngineBase):
             await self.shutdown()
         await asyncio.get_running_loop().run_in_executor(None, self._ensure_process)
         self._engine_dead = False
+        self._starts += 1
         self.ready = await self._call("start", config, kv_block_size)
         record_engine_processes()  # the child and its EngineCore, should this process die
         # Kept to end them at close even if the child dies first: its EngineCore can outlive it (vllm#55510).

@@ -8,7 +8,7 @@ Messages are tuples. From the window: ("start", call, config, kv_block_size), ("
 messages, sampling, ignore_eos, resume), ("cancel", rid), ("abort", call, rid), ("answer_now", rid),
 ("shutdown", call), ("exit",), and for `nalar bench ui` only ("measure_raw", call, tokens, index,
 messages): raw AsyncLLM's tok/s on the same engine. To the window: ("result", call, value), ("failure", call, failure),
-("event", rid, event), ("status", event), ("engine_died",).
+("event", rid, event), ("status", event), ("engine_died", starts): the engine of the ``starts``-th start died.
 
 The window's end closing (it exited or was killed) ends the engine and this process: vLLM can
 leave EngineCore running when its parent dies (vllm#55510), so we never leave that to chance.
@@ -71,6 +71,7 @@ def serve(conn: Connection) -> None:
     host = EngineHost(on_status=lambda event: out.send(("status", event)))
     streams: dict[str, concurrent.futures.Future[Any]] = {}
     died_reported = False
+    starts = 0  # tells the window which engine died: a report about the one before a restart is stale
 
     def reply_when_done(call: int, future: concurrent.futures.Future[Any]) -> None:
         def done(result: concurrent.futures.Future[Any]) -> None:
@@ -89,7 +90,7 @@ def serve(conn: Connection) -> None:
             if not conn.poll(DEATH_POLL_S):
                 if not died_reported and host.engine_died():
                     died_reported = True
-                    out.send(("engine_died",))
+                    out.send(("engine_died", starts))
                 continue
             message = conn.recv()
             kind = message[0]
@@ -97,7 +98,7 @@ def serve(conn: Connection) -> None:
                 break
             if kind == "start":
                 _, call, config, block_size = message
-                died_reported = False
+                died_reported, starts = False, starts + 1
                 reply_when_done(call, host.loop_thread.submit(host.start(config, kv_block_size=block_size)))
             elif kind == "generate":
                 _, rid, messages, sampling, ignore_eos, resume = message
