@@ -180,30 +180,33 @@ def process_family(pid: int) -> list[tuple[int, float]]:
     return marks
 
 
+def running(marks: list[tuple[int, float]]) -> list[psutil.Process]:
+    """Which of these processes still run (a reused pid is not one of them). A zombie has ended: PID 1 may
+    never reap it here."""
+    from app.engine.orphans import same_process
+
+    alive = []
+    for pid, created in marks:
+        try:
+            if (proc := same_process(pid, created)) and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return alive
+
+
 def end_processes(marks: list[tuple[int, float]], grace_s: float = 10.0) -> list[int]:
     """Kill these processes (a reused pid is spared) and return the pids still running after ``grace_s``.
 
     For a test's ``finally``: killing an app alone leaves its EngineCore running (vllm#55510), which
     is then re-parented and no longer anyone's child. A zombie counts as ended: PID 1 may never reap it here.
     """
-    from app.engine.orphans import same_process
-
-    def running() -> list[psutil.Process]:
-        alive = []
-        for pid, created in marks:
-            try:
-                if (proc := same_process(pid, created)) and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-            except psutil.NoSuchProcess:
-                continue
-        return alive
-
-    for proc in running():
+    for proc in running(marks):
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             continue
     deadline = time.monotonic() + grace_s
-    while (alive := running()) and time.monotonic() < deadline:
+    while (alive := running(marks)) and time.monotonic() < deadline:
         time.sleep(0.1)  # ok-sleep: polling processes that are not our children to wait on
     return [proc.pid for proc in alive]

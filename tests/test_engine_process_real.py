@@ -24,8 +24,14 @@ from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.engine_process import EngineProcess
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, StatusChanged
-from app.engine.orphans import same_process
-from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes
+from tests.conftest import (
+    child_pids,
+    end_processes,
+    process_family,
+    require_embedded_model,
+    running,
+    vllm_processes,
+)
 
 pytestmark = pytest.mark.real_engine
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,19 +41,6 @@ COUNTING = [{"role": "user", "content": "Count from one to one thousand in words
 def run(engine: EngineProcess, coro: Coroutine[Any, Any, Any], timeout: float = 600) -> Any:
     """A limit, not a speed claim: the engine loads in tens of seconds on a 2-core CPU."""
     return engine.loop_thread.submit(coro).result(timeout)
-
-
-def running(marks: list[tuple[int, float]]) -> list[int]:
-    """Which of these processes still run; a zombie has ended (PID 1 may never reap it here)."""
-    alive = []
-    for pid, created in marks:
-        proc = same_process(pid, created)
-        try:
-            if proc is not None and proc.status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            continue
-    return alive
 
 
 def wait_until(condition: Any, timeout: float, what: str) -> None:
