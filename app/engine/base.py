@@ -45,11 +45,15 @@ class EngineBase:
     def _status(self, state: Any, message: str, progress: float | None = None) -> None:
         self._on_status(StatusChanged(state, message, progress))
 
-    async def start(self, config: EngineConfig) -> EngineReady:
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
+        """``kv_block_size`` is for benchmarks (a small pool to fill); engines that can't choose ignore it."""
         raise NotImplementedError
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                 ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                 ignore_eos: bool = False, resume: Resume | None = None, tools: list[dict[str, Any]] | None = None,
+                 tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """Stream one reply. ``tools`` and ``tool_choice`` are the OpenAI API's (the local API server's
+        callers'); an engine that can't call tools yet ignores them."""
         raise NotImplementedError
 
     async def abort(self, request_id: str) -> None:
@@ -66,10 +70,13 @@ class EngineBase:
         return False
 
     async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
-                        request_id: str, *, ignore_eos: bool = False, resume: Resume | None = None) -> Finished | None:
+                        request_id: str, *, ignore_eos: bool = False, resume: Resume | None = None,
+                        tools: list[dict[str, Any]] | None = None,
+                        tool_choice: str | dict[str, Any] | None = None) -> Finished | None:
         """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
         last: Finished | None = None
-        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
+        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume, tools=tools,
+                                tool_choice=tool_choice)
         async with contextlib.aclosing(replies) as events:
             async for event in events:
                 sink(event)

@@ -18,6 +18,7 @@ import logging
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message, Resume
@@ -108,7 +109,7 @@ class FailoverEngine(EngineBase):
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def start(self, config: EngineConfig) -> EngineReady:
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
         """Start both; ready if either is. Raises the primary's failure when neither starts."""
         results = await asyncio.gather(on_engine(self.primary.loop_thread, self.primary.start(config)),
                                        on_engine(self.fallback.loop_thread, self.fallback.start(config)),
@@ -164,7 +165,9 @@ class FailoverEngine(EngineBase):
             engine.request_answer_now(request_id)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None,
+                       tools: list[dict[str, Any]] | None = None,
+                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
         """``resume`` is not supported (can_resume is False): the caller asks anew."""
         rid = request_id or uuid.uuid4().hex[:12]
         try:

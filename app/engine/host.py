@@ -309,7 +309,9 @@ class EngineHost(EngineBase):
                                    opened_think=opened_think, template_kwargs=switch)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None,
+                       tools: list[dict[str, Any]] | None = None,
+                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
         """Stream one reply: thinking and answer deltas, metrics, then exactly one Finished.
 
         ``ignore_eos`` is for benchmarks that need a fixed number of tokens. ``NALAR_IGNORE_EOS=1`` sets it

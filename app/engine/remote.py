@@ -106,7 +106,7 @@ class RemoteEngine(EngineBase):
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self, config: EngineConfig) -> EngineReady:
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
         """Check the server answers and serves the model. The local EngineConfig doesn't apply here."""
         started = time.perf_counter()
         await self.shutdown()
@@ -174,7 +174,9 @@ class RemoteEngine(EngineBase):
         log.info("answer-now is not supported by remote profile %s", self.profile.name)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None,
+                       tools: list[dict[str, Any]] | None = None,
+                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
         """``resume`` is not supported (can_resume is False): the caller asks anew."""
         rid = request_id or uuid.uuid4().hex[:12]
         ready = self.ready
