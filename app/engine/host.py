@@ -27,7 +27,7 @@ from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, cpu_runtime, import_warmup, trimming, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message, Resume
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import (
     ContextTrimmed,
     EngineErrorEvent,
@@ -424,8 +424,7 @@ class EngineHost(EngineBase):
             raise
         except Exception as exc:  # keep the partial reply: the user sees what arrived
             if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
-                failure = EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
-                                        "Restart the engine; the partial answer is kept.")
+                failure = engine_stopped()
             else:
                 log.exception("request %s failed", rid)
                 failure = EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
