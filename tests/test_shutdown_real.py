@@ -10,6 +10,7 @@ its parent died, is found by its session id, and nobody else's is.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +31,9 @@ pytestmark = pytest.mark.real_engine
 POINTS = ["shown", "importing", "enginecore", "weights", "ready"]
 CASES = ([(point, "close") for point in POINTS] + [(point, "sigterm") for point in POINTS]
          + [("importing", "ctrl-c"), ("weights", "ctrl-c")])
+# Lines that are not Nalar's: vLLM's and torch's warnings, progress bars and hints, tracebacks, leak reports.
+CHATTER = re.compile(r"Traceback|Exception ignored|nanobind|leaked|Warning:|FutureWarning|UserWarning|WARNING vllm|"
+                     r"vllm\.|it/s\]|LD_PRELOAD|NUMA|tcmalloc|Triton")
 EXIT_LIMIT_S = 20  # a limit, not a speed claim: the engine used to hold the exit for 10-30 s, or for ever
 
 
@@ -139,7 +143,8 @@ def test_ending_the_app_at_each_point_of_the_engine_start_leaves_no_engine_proce
                                                                                    how: str) -> None:
     """Bugs caught: EngineCore left running, re-parented to init, when the window closed while the engine
     process was still importing vLLM or starting EngineCore (the close waited on a start that then spawned it,
-    and marked the processes to end before they existed); an exit held for tens of seconds by the load."""
+    and marked the processes to end before they existed); an exit held for tens of seconds by the load; vLLM's
+    and torch's chatter (or a traceback at exit) in the terminal the user started Nalar from."""
     save_settings(Settings(engine=EngineConfig(model=str(require_embedded_model()), max_model_len=2048)))
     paths.log_dir().mkdir(parents=True, exist_ok=True)
     output = paths.log_dir().parent / "app-output.log"
@@ -170,6 +175,8 @@ def test_ending_the_app_at_each_point_of_the_engine_start_leaves_no_engine_proce
         _, left = psutil.wait_procs(left, timeout=5)  # SIGKILLed processes take a moment to go
         assert describe(left) == [], (f"{how} at {point} (engine process spawned: {engine_spawned}) left "
                                       f"processes running")
+        chatter = [line for line in _text(output).splitlines() if CHATTER.search(line)]
+        assert chatter == [], "the app's terminal shows library chatter or a traceback"
     finally:
         stray = session_processes(app.pid)
         for proc in stray:

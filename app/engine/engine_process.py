@@ -19,13 +19,14 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
+from multiprocessing import resource_tracker
 from typing import Any
 
 import psutil
 
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import process_protocol as protocol
-from app.engine import process_server
+from app.engine import process_server, vllm_logging
 from app.engine.base import SHUTDOWN_GRACE_S, EngineBase, EventSink, Message, Resume
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, EngineReady, Finished, ThinkingDelta
@@ -87,6 +88,8 @@ class EngineProcess(EngineBase):
         ours, theirs = context.Pipe()
         os.environ[OWNER_ENV] = owner_tag()  # marks the child as ours, should it outlive us (app.engine.orphans)
         process = context.Process(target=self._child_main, args=(theirs,), name="nalar-engine")
+        with vllm_logging.stderr_to_engine_log():  # the resource tracker starts with the first child
+            resource_tracker.ensure_running()
         process.start()
         theirs.close()  # only the child holds its end now: our exit is its EOF
         self._process, self._conn, self._process_gone, self._starts = process, ours, False, 0

@@ -183,12 +183,16 @@ def run(conn: Connection, host: Any, extensions: Extensions | None = None,
 def serve(conn: Connection, extensions: Extensions | None = None) -> None:
     """The child's main: run requests until the window says exit or its end of the pipe closes."""
     from app.core.logs import configure_logging
+    from app.engine import vllm_logging
     from app.engine.host import EngineHost
 
+    vllm_logging.configure_vllm_logging()  # rotates the engine log first: the output below keeps the file it opens
+    vllm_logging.send_output_to_engine_log()
     # A process group of our own: the window can end this process and all it started with one killpg,
     # even EngineCore once re-parented; and a terminal's Ctrl+C reaches the window only, which then closes.
     os.setpgid(0, 0)
     configure_logging(console=False)
+    logging.captureWarnings(True)  # FutureWarnings and the like: into nalar.log, with the rest of ours
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_cleanly)  # a plain SIGTERM would leave EngineCore running
     try:
