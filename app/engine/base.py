@@ -79,8 +79,10 @@ class EngineBase:
                         tool_choice: str | dict[str, Any] | None = None) -> Finished | None:
         """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
         last: Finished | None = None
-        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume, tools=tools,
-                                tool_choice=tool_choice)
+        # Only when asked for: an engine (or a test's double) written before tool calls takes no such keywords.
+        tool_args: dict[str, Any] = {name: value for name, value in (("tools", tools), ("tool_choice", tool_choice))
+                                     if value is not None}
+        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume, **tool_args)
         async with contextlib.aclosing(replies) as events:
             async for event in events:
                 sink(event)

@@ -1,4 +1,7 @@
-"""EngineHost: owns vLLM's in-process AsyncLLM on the engine loop thread.
+"""EngineHost: owns vLLM's AsyncLLM (its engine client) on the engine loop thread of the process it runs in.
+
+In the app that is the engine process (app.engine.process_server), a child of the window; benchmarks and
+commands may run it in their own process.
 
 Every ``async def`` here runs on the engine loop. Other threads reach them with
 ``host.loop_thread.submit(...)`` (sync callers) or ``on_engine(...)`` (async
@@ -100,8 +103,33 @@ def check_model_path(model: str) -> Path | None:
     return path
 
 
+def _engine_arguments(config: EngineConfig, model: str, probe: capability.HardwareProbe,
+                      kv_block_size: int | None) -> dict[str, Any]:
+    """vLLM's engine arguments for this config on this machine."""
+    on_cpu = probe.engine_kind == "cpu"
+    kwargs: dict[str, Any] = dict(
+        model=model,
+        kv_cache_dtype=config.kv_cache_dtype,  # our names are vLLM's ("fp8_e4m3", not the alias "fp8")
+        max_model_len=config.max_model_len,
+        enable_prefix_caching=config.enable_prefix_caching,
+        enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
+        trust_remote_code=config.trust_remote_code,
+    )
+    if kv_block_size:
+        kwargs["block_size"] = kv_block_size
+    if on_cpu:
+        kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
+    else:
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        kwargs["tensor_parallel_size"] = config.tensor_parallel_size
+    if backend := capability.attention_backend_for(config.kv_cache_dtype, probe):
+        log.info("vLLM is expected to choose the %s attention backend", backend)
+    return kwargs
+
+
 class EngineHost(EngineBase):
-    """The in-process vLLM engine. Construct on any thread; its coroutines run on ``loop_thread``."""
+    """vLLM's engine client, in this process (EngineCore runs in vLLM's own child). Construct on any thread;
+    its coroutines run on ``loop_thread``."""
 
     can_resume = True
 
@@ -151,7 +179,23 @@ class EngineHost(EngineBase):
             await loop.run_in_executor(None, end_orphans)  # it logs what it ends
 
     async def _start(self, config: EngineConfig, kv_block_size: int | None = None) -> EngineReady:
+        """The steps of a start: check and resolve the model, import vLLM, build the engine, read its figures."""
         started = time.perf_counter()
+        model, local_path, probe = await self._resolve_model(config)
+        engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
+        # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
+        os.environ[OWNER_ENV] = owner_tag()
+        self._status("loading", "importing vLLM…", 0.15)
+        with import_warmup.engine_loading():  # torch's loading would freeze the window
+            from vllm import AsyncEngineArgs
+        kwargs = _engine_arguments(config, model, probe, kv_block_size)
+        self._status("loading", "loading model… (this takes a while)", 0.2)
+        await self._build_engine(AsyncEngineArgs(**kwargs), config, engine_log, on_cpu=probe.engine_kind == "cpu")
+        self.config = config
+        return self._read_ready(config, model, local_path, started)
+
+    async def _resolve_model(self, config: EngineConfig) -> tuple[str, Path | None, capability.HardwareProbe]:
+        """End a crashed run's leftovers, check the KV dtype here, and find the model (the embedded one by default)."""
         ended = await asyncio.get_running_loop().run_in_executor(None, end_orphans)
         if ended:
             self._status("loading", f"ended {ended} engine process(es) left by a crashed run", 0.03)
@@ -171,36 +215,12 @@ class EngineHost(EngineBase):
             except EmbeddedModelError as exc:
                 raise EngineFailure(FailureKind.MODEL_NOT_FOUND, str(exc).split("\n")[0],
                                     "Check the network, then retry.") from exc
-        local_path = check_model_path(model)
+        return model, check_model_path(model), probe
 
-        engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
-        # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
-        os.environ[OWNER_ENV] = owner_tag()
-        self._status("loading", "importing vLLM…", 0.15)
-        with import_warmup.engine_loading():  # torch's loading would freeze the window
-            from vllm import AsyncEngineArgs
-            from vllm.v1.engine.async_llm import AsyncLLM
+    async def _build_engine(self, engine_args: Any, config: EngineConfig, engine_log: Path, *, on_cpu: bool) -> None:
+        """vLLM's AsyncLLM (it starts EngineCore and loads the weights); its failures become typed ones."""
+        from vllm.v1.engine.async_llm import AsyncLLM
 
-        on_cpu = probe.engine_kind == "cpu"
-        kwargs: dict[str, Any] = dict(
-            model=model,
-            kv_cache_dtype=config.kv_cache_dtype,  # our names are vLLM's ("fp8_e4m3", not the alias "fp8")
-            max_model_len=config.max_model_len,
-            enable_prefix_caching=config.enable_prefix_caching,
-            enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
-            trust_remote_code=config.trust_remote_code,
-        )
-        if kv_block_size:
-            kwargs["block_size"] = kv_block_size
-        if on_cpu:
-            kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
-        else:
-            kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
-            kwargs["tensor_parallel_size"] = config.tensor_parallel_size
-        if backend := capability.attention_backend_for(config.kv_cache_dtype, probe):
-            log.info("vLLM is expected to choose the %s attention backend", backend)
-
-        self._status("loading", "loading model… (this takes a while)", 0.2)
         log_offset = vllm_logging.log_size(engine_log)
         self.kv = KvStats()
         children_before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -211,18 +231,18 @@ class EngineHost(EngineBase):
             with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded, import_warmup.engine_loading():
                 if preloaded:
                     log.info("EngineCore preloads %s", ", ".join(p.name for p in preloaded))
-                self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
-                                                         stat_loggers=[stat_logger_class(self.kv)])
+                self._engine = AsyncLLM.from_engine_args(engine_args, stat_loggers=[stat_logger_class(self.kv)])
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
             raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
         finally:
             self._loading_since_children = None
-
-        self.config = config
         self._engine_processes = [(p.pid, p.create_time()) for p in psutil.Process().children(recursive=True)
                                   if p.pid not in children_before and not _is_resource_tracker(p)]
         record_engine_processes()
+
+    def _read_ready(self, config: EngineConfig, model: str, local_path: Path | None, started: float) -> EngineReady:
+        """The loaded engine's tokenizer, model family and capacity figures (from vLLM's own config)."""
         self._tokenizer = self._engine.get_tokenizer()
         model_type = None
         if local_path is not None:
@@ -376,14 +396,8 @@ class EngineHost(EngineBase):
 
         Then exactly one Finished (stop, length, loop, abort, or error with the partial reply kept).
         """
-        from vllm.v1.engine.exceptions import EngineDeadError
-
         assert self.config is not None and self.ready is not None
-        native = self._family.thinking != "plain"
-        thinking_on = sampling.think_budget > 0 and (
-            self._family.thinks(sampling.thinking) or (not native and sampling.thinking and self.config.reasoning_mode))
-        if thinking_on and not native and not any(m["role"] == "system" for m in messages):
-            messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
+        thinking_on, messages = self._with_thinking(messages, sampling)
         budget = sampling.think_budget if thinking_on else 0
         reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
         prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on)
@@ -392,48 +406,69 @@ class EngineHost(EngineBase):
         start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
         splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
         ready = self.ready  # kept: a shutdown mid-reply clears self.ready
-        requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
         reply = LocalReply(
             ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
                         kv_capacity_tokens=ready.kv_capacity_tokens,
                         kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling),
             sampling, prompt_ids, budget, ignore_eos, can_conclude=thinking_on)
         stream = reply.stream
-        close_ids = self._encode(FORCED_THINK_CLOSE)
         if resume is not None:
             reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
             stream.resume_from(resume, len(reply.generated_ids))
         try:
-            if resume is not None and resume.phase == "answer":
-                answer_prompt = prompt_ids + reply.generated_ids + (close_ids if thinking_on else [])
-                async for event in requests.answer_phase(reply, answer_prompt + self._encode(resume.answer)):
+            async with contextlib.aclosing(self._phases(reply, splitter, thinking_on, resume)) as events:
+                async for event in events:
                     yield event
-            else:
-                async for event in requests.think_phase(reply, splitter):
-                    yield event
-            if (reply.finish not in ("abort", "loop") and thinking_on and (resume is None or resume.phase == "thinking")
-                    and (reply.forced_close or splitter.in_thinking)):
-                answer_prompt = prompt_ids + reply.generated_ids + close_ids
-                if reply.room(len(answer_prompt)) > 1:
-                    async for event in requests.answer_phase(reply, answer_prompt):
-                        yield event
-                else:
-                    reply.finish = "length"
         except asyncio.CancelledError:
             yield stream.aborted()
             raise
         except Exception as exc:  # keep the partial reply: the user sees what arrived
-            if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
-                failure = engine_stopped()
-            else:
-                log.exception("request %s failed", rid)
-                failure = EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
-                                        f"Try again; details are in {vllm_logging.engine_log_path()}.")
-            for event in stream.failed(failure):
+            for event in stream.failed(self._request_failure(exc, rid)):
                 yield event
             return
         for event in stream.finished(reply.finish):
             yield event
+
+    def _with_thinking(self, messages: list[Message], sampling: SamplingConfig) -> tuple[bool, list[Message]]:
+        """Whether this reply thinks, and the messages to send (a model without native thinking is asked to)."""
+        assert self.config is not None
+        native = self._family.thinking != "plain"
+        thinking_on = sampling.think_budget > 0 and (
+            self._family.thinks(sampling.thinking) or (not native and sampling.thinking and self.config.reasoning_mode))
+        if thinking_on and not native and not any(m["role"] == "system" for m in messages):
+            messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
+        return thinking_on, messages
+
+    async def _phases(self, reply: LocalReply, splitter: Any, thinking_on: bool,
+                      resume: Resume | None) -> AsyncGenerator[EngineEvent, None]:
+        """The think phase, then the answer phase when the thinking ended inside the think block."""
+        requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
+        prompt_ids = reply.prompt_ids
+        close_ids = self._encode(FORCED_THINK_CLOSE)
+        if resume is not None and resume.phase == "answer":
+            answer_prompt = prompt_ids + reply.generated_ids + (close_ids if thinking_on else [])
+            async for event in requests.answer_phase(reply, answer_prompt + self._encode(resume.answer)):
+                yield event
+        else:
+            async for event in requests.think_phase(reply, splitter):
+                yield event
+        if (reply.finish not in ("abort", "loop") and thinking_on and (resume is None or resume.phase == "thinking")
+                and (reply.forced_close or splitter.in_thinking)):
+            answer_prompt = prompt_ids + reply.generated_ids + close_ids
+            if reply.room(len(answer_prompt)) > 1:
+                async for event in requests.answer_phase(reply, answer_prompt):
+                    yield event
+            else:
+                reply.finish = "length"
+
+    def _request_failure(self, exc: Exception, rid: str) -> EngineFailure:
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
+            return engine_stopped()
+        log.exception("request %s failed", rid)
+        return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
+                             f"Try again; details are in {vllm_logging.engine_log_path()}.")
 
     def _encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []
