@@ -30,7 +30,7 @@ pytestmark = pytest.mark.real_engine
 
 POINTS = ["shown", "importing", "enginecore", "weights", "ready"]
 CASES = ([(point, "close") for point in POINTS] + [(point, "sigterm") for point in POINTS]
-         + [("importing", "ctrl-c"), ("weights", "ctrl-c")])
+         + [("importing", "ctrl-c")])
 # Lines that are not Nalar's: vLLM's and torch's warnings, progress bars and hints, tracebacks, leak reports.
 CHATTER = re.compile(r"Traceback|Exception ignored|nanobind|leaked|Warning:|FutureWarning|UserWarning|WARNING vllm|"
                      r"vllm\.|it/s\]|LD_PRELOAD|NUMA|tcmalloc|Triton")
