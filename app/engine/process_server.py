@@ -143,7 +143,7 @@ def _exit_cleanly(signum: int, frame: Any) -> None:
     raise SystemExit(0)  # in the main thread: the `finally` below ends the engine first
 
 
-def _end_process_group() -> None:
+def end_process_group() -> None:
     """End this process and everything it started, at once: the start's vLLM import or EngineCore included.
 
     One SIGKILL to the group (serve() made this process its leader), so nothing spawned a moment before is
@@ -196,7 +196,7 @@ def serve(conn: Connection, extensions: Extensions | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_cleanly)  # a plain SIGTERM would leave EngineCore running
     try:
-        run(conn, EngineHost(), extensions, abandon_start=_end_process_group)
+        run(conn, EngineHost(), extensions, abandon_start=end_process_group)
     finally:
         logging.shutdown()
         # Skip the interpreter's teardown: vLLM is shut down, and tearing down its extension modules only
