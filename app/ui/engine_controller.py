@@ -113,11 +113,11 @@ class EngineController(QObject):
 
     def retry(self) -> None:
         """The failure's action: keep its suggested setting if it had one, then restart."""
-        if self._pending_fallback:
-            # The user accepted the suggested setting: keep it, as if chosen in Settings.
-            self.settings = self.settings.with_engine(**self._pending_fallback)
-            save_settings(self.settings)
-        self.start_engine()
+        if self._pending_fallback:  # the user accepted the suggested setting: as if chosen in Settings
+            fallback, self._pending_fallback = self._pending_fallback, {}
+            self.apply_settings(self.settings.with_engine(**fallback))  # saves; restarts (the start failed)
+        else:
+            self.start_engine()
 
     def apply_settings(self, settings: Settings) -> None:
         """Save; restart the engine only if an engine or backend setting changed (never under a reply)."""
