@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import pickle
+import time
 import typing
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
@@ -252,8 +254,8 @@ def _alive(pid: int) -> bool:
 
 
 class SpawningScriptedDouble(ScriptedEngineDouble):
-    """A scripted double whose start spawns a process (as vLLM spawns EngineCore), says its pid, then loads
-    for ever."""
+    """A scripted double whose start spawns a process (as vLLM spawns EngineCore), says its pid, then blocks
+    its loop for ever."""
 
     async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
         import subprocess
@@ -261,7 +263,7 @@ class SpawningScriptedDouble(ScriptedEngineDouble):
 
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
         self._status("loading", f"spawned {child.pid}", 0.5)
-        await asyncio.sleep(600)
+        time.sleep(600)  # blocks the engine loop, as vLLM's from_engine_args does for tens of seconds
         raise AssertionError("never loads")
 
 
@@ -284,7 +286,8 @@ def test_closing_mid_start_ends_what_the_start_spawned_without_waiting_for_it(ca
                                                60)).result(70)
     grandchild = psutil.Process(int(next(s.message for s in statuses if "spawned" in s.message).split()[-1]))
     child = psutil.Process(engine.pid or 0)
-    engine.close(timeout=30)
+    with caplog.at_level(logging.INFO, logger="app.engine.engine_process"):
+        engine.close(timeout=30)
     assert not _alive(child.pid)
     assert not _alive(grandchild.pid), "the start's process outlived the engine process"
     assert "did not end" not in caplog.text, "the engine process waited for its start instead of ending it"
