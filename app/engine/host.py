@@ -13,7 +13,6 @@ import gc
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -46,6 +45,7 @@ from app.engine.orphans import (
     same_process,
 )
 from app.engine.reasoning import THINK_CLOSE, make_splitter, think_start_of_prompt
+from app.engine.start_failures import classify_start_failure
 from app.engine.stream import KvFigures, ReplyStream
 
 log = logging.getLogger(__name__)
@@ -63,30 +63,6 @@ def _is_resource_tracker(proc: psutil.Process) -> bool:
         return "resource_tracker" in " ".join(proc.cmdline())
     except psutil.Error:
         return True
-
-
-def _classify_start_failure(exc: BaseException, engine_log: str, config: EngineConfig) -> EngineFailure:
-    text = f"{exc}\n{engine_log}"
-    lowered = text.lower()
-    if "fp8 kv cache" in lowered or (config.kv_cache_dtype.startswith("fp8") and "kv_cache_dtype" in lowered):
-        reason = next((line.strip() for line in engine_log.splitlines() if "FP8" in line), str(exc))
-        return EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, f"This machine can't run an FP8 KV cache: {reason}",
-                             "Use KV cache dtype 'auto' (bf16).", {"kv_cache_dtype": "auto"})
-    if re.search(r"out of memory|larger than the available kv cache|no available memory|"
-                 r"insufficient memory|cannot allocate", lowered):
-        smaller = max(256, config.max_model_len // 2)
-        return EngineFailure(
-            FailureKind.OUT_OF_MEMORY,
-            f"Not enough memory for the model plus a {config.max_model_len}-token KV cache.",
-            f"Lower the context length (try {smaller}), use an fp8 KV cache, or raise the memory share.",
-            {"max_model_len": smaller})
-    if re.search(r"does not appear to have|repository not found|no such file|not a valid model|"
-                 r"unrecognized model|config\.json", lowered):
-        return EngineFailure(FailureKind.MODEL_NOT_FOUND, f"vLLM could not load the model '{config.model}'.",
-                             "Pick a folder that holds a Hugging Face model (config.json and weights).")
-    first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return EngineFailure(FailureKind.ENGINE_START_FAILED, f"The engine failed to start: {first_line}",
-                         f"See {vllm_logging.engine_log_path()} for details.")
 
 
 def check_model_path(model: str) -> Path | None:
@@ -215,7 +191,8 @@ class EngineHost(EngineBase):
                                                          stat_loggers=[stat_logger_class(self.kv)])
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
-            raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
+            raise classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config,
+                                         str(engine_log), on_cpu) from exc
         finally:
             self._loading_since_children = None
 
