@@ -18,7 +18,8 @@ import pytest
 from app.core.settings import EngineConfig, Settings, load_settings, save_settings
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.scripted import ScriptedEngineDouble
-from app.engine.start_failures import RULES, classify_start_failure, free_vram_fallback
+from app.core.planner import utilization_for_free_vram
+from app.engine.start_failures import RULES, classify_start_failure
 
 GIB = 1 << 30
 FP8 = EngineConfig(kv_cache_dtype="fp8_e4m3", max_model_len=8192, gpu_memory_utilization=0.9)
@@ -97,7 +98,7 @@ def test_free_vram_error_names_other_programs_and_its_fallback_passes_vllms_chec
     assert share == pytest.approx(0.84)
     snapshot = SimpleNamespace(total_memory=12 * GIB, free_memory=int(10.6 * GIB), device_="cuda:0")
     request_memory(snapshot, SimpleNamespace(gpu_memory_utilization=share))  # vLLM's own check passes
-    assert free_vram_fallback(20 * GIB, 24 * GIB, 0.5) == 0.5, "never above what the user chose"
+    assert utilization_for_free_vram(0.5, 20 * GIB, 24 * GIB) == 0.5, "never above what the user chose"
 
 
 def test_fp8_pool_too_small_is_a_memory_failure_with_vllms_estimate() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from app.core.settings import EngineConfig
-from app.engine import capability
+from app.engine import capability, gpu_start
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.host import EngineHost
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
@@ -30,6 +32,8 @@ def test_fp8_pool_too_small_and_context_too_long_are_named_for_what_they_are() -
         assert failure.kind is FailureKind.OUT_OF_MEMORY, failure
         assert "kv_cache_dtype" not in failure.fallback
         assert 256 <= int(failure.fallback["max_model_len"]) < 8192  # type: ignore[call-overload]
+        # The engine's children (EngineCore, FlashInfer's ninja) find what pip put in the venv.
+        assert os.environ["PATH"].split(os.pathsep)[0] == str(gpu_start.venv_bin())
 
         too_long = EngineConfig(model=model, kv_cache_dtype="fp8_e4m3", max_model_len=16384)
         with pytest.raises(EngineFailure) as caught:

@@ -24,7 +24,7 @@ import psutil
 from app.core.model_families import PLAIN, model_family
 from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine import capability, cpu_runtime, import_warmup, trimming, vllm_logging
+from app.engine import capability, cpu_runtime, gpu_start, import_warmup, trimming, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message, Resume
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
@@ -148,6 +148,13 @@ class EngineHost(EngineBase):
                 raise EngineFailure(FailureKind.MODEL_NOT_FOUND, str(exc).split("\n")[0],
                                     "Check the network, then retry.") from exc
         local_path = check_model_path(model)
+        if probe.engine_kind == "cuda":  # driver, toolchain, kernels, then what is free now
+            budget = gpu_start.prepare_gpu_start(config, probe, local_path)
+            if budget.note:
+                log.info("%s", budget.note)
+                self._status("loading", budget.note, 0.06)
+            config = budget.config
+        os.environ.update(gpu_start.engine_environment(probe))  # EngineCore and its compilers inherit it
 
         engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
         # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.

@@ -14,11 +14,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.core.planner import utilization_for_free_vram
 from app.core.settings import EngineConfig
 from app.engine.errors import EngineFailure, FailureKind
 
 GIB = 1 << 30
-FREE_VRAM_MARGIN_GIB = 0.5  # left free beside other programs when the utilization is lowered to fit
 APT_TOOLCHAIN = "sudo apt install build-essential python3-dev"
 APT_DRIVER = "sudo ubuntu-drivers install   (or: sudo apt install nvidia-driver-580)"
 
@@ -70,13 +70,6 @@ def _driver(text: str, ctx: StartContext) -> EngineFailure:
                          f"Install driver 580 or newer: {APT_DRIVER}, then reboot.")
 
 
-def free_vram_fallback(free_bytes: float, total_bytes: float, chosen: float) -> float:
-    """The utilization that fits beside what other programs hold: (free − margin) ÷ total, never above
-    the chosen one, rounded down to a hundredth (vLLM compares free ≥ utilization × total)."""
-    fits = (free_bytes - FREE_VRAM_MARGIN_GIB * GIB) / total_bytes
-    return max(0.06, min(chosen, int(fits * 100) / 100))
-
-
 def _free_vram(text: str, ctx: StartContext) -> EngineFailure:
     found = re.search(r"\(([\d.]+)/([\d.]+) GiB\) on startup", text)
     if not found:
@@ -84,7 +77,7 @@ def _free_vram(text: str, ctx: StartContext) -> EngineFailure:
                              "Close programs that use the GPU, or lower the memory share in Settings.")
     free, total = float(found[1]), float(found[2])
     chosen = ctx.config.gpu_memory_utilization
-    share = free_vram_fallback(free * GIB, total * GIB, chosen)
+    share = utilization_for_free_vram(chosen, free * GIB, total * GIB)
     return EngineFailure(
         FailureKind.VRAM_IN_USE,
         f"Other programs use {total - free:.1f} GiB of the GPU's {total:.1f} GiB; vLLM wants {chosen:.0%} "
