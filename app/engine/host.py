@@ -46,6 +46,7 @@ from app.engine.orphans import (
 )
 from app.engine.reasoning import THINK_CLOSE, make_splitter, think_start_of_prompt
 from app.engine.start_failures import classify_start_failure
+from app.engine.start_progress import StartWatcher
 from app.engine.stream import KvFigures, ReplyStream
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class EngineHost(EngineBase):
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
         self._orphan_watch: asyncio.Task[None] | None = None
+        self.start_phases: list[tuple[str, float]] = []  # the last start's phases, as vLLM logged them
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -191,7 +193,10 @@ class EngineHost(EngineBase):
         try:
             # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
             # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
-            with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded, import_warmup.engine_loading():
+            with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded, import_warmup.engine_loading(), \
+                    StartWatcher(engine_log, log_offset, not on_cpu,
+                                 lambda line, done: self._status("loading", line, done)) as watcher:
+                self.start_phases = watcher.phases_seen
                 if preloaded:
                     log.info("EngineCore preloads %s", ", ".join(p.name for p in preloaded))
                 self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
