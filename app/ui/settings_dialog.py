@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from app.core.embedded_model import embedded_model_dir
 from app.core.keystore import KeyStore
 from app.core.model_folder import folder_problem, looks_local
+from app.core.fp8_scales import fp8_scales_text
 from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder, utilization_for_free_vram
 from app.core.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Settings
 from app.engine import capability
@@ -398,6 +399,8 @@ class SettingsDialog(QDialog):
         weights = f"{result.weight_bytes / GIB:.2f} GiB{' (estimated)' if result.weights_estimated else ''}"
         note = f"<br><i>{result.shape.note}</i>" if result.shape.note else ""
         note += vram_note
+        if scales := fp8_scales_text(engine["kv_cache_dtype"], folder):
+            note += f"<br>KV cache: {scales}"
         self.planner_view.setHtml(
             f"<table cellspacing=6><tr><th></th>{header}</tr>{body}</table>"
             f"<small>Weights {weights}. {result.assumption}{note}</small>")
