@@ -177,3 +177,26 @@ def test_the_welcome_dialog_recommends_from_free_vram() -> None:
     busy = {r.model.repo_id: r.max_context["fp8_e4m3"] for r in recommendations(total, total - 3 * GIB)}
     assert all(busy[k] <= idle[k] for k in idle)
     assert any(busy[k] < idle[k] for k in idle)
+
+
+def test_the_planner_counts_vllms_profile_terms_for_qwq_on_a_4090() -> None:
+    """Bug caught: the planner took 1.5 GiB + 4% for everything besides weights, and promised QwQ-32B-AWQ
+    15,776 fp8 tokens on a 4090; vLLM 0.32 also subtracts activations at 8,192 batched tokens (QwQ's MLP is
+    27,648 wide), non-torch memory and CUDA graphs, from the CUDA-reported total."""
+    from app.core import planner
+
+    qwq = next(m for m in CATALOG if m.repo_id == "Qwen/QwQ-32B-AWQ")
+    config = qwq.config()
+    total = 24564 * MIB
+    result = planner.plan(config, weight_bytes=qwq.weight_bytes, max_model_len=8192, kv_dtypes=("fp8_e4m3",),
+                          vram_total_bytes=total, gpu_memory_utilization=0.95)
+    budget = total * planner.NVML_TO_CUDA_TOTAL * 0.95
+    activations = planner.activation_bytes(config)
+    assert activations > GIB, "8,192 tokens through a 27,648-wide MLP, in bf16"
+    expected_pool = budget - qwq.weight_bytes - activations - planner.CUDA_CONTEXT_BYTES - planner.CUDA_GRAPH_BYTES \
+        - planner.PLAN_MARGIN_FRACTION * budget
+    assert result.rows[0].kv_pool_bytes == pytest.approx(expected_pool, abs=2)
+    assert result.rows[0].capacity_tokens < 15_776
+    eager = planner.plan(config, weight_bytes=qwq.weight_bytes, max_model_len=8192, kv_dtypes=("fp8_e4m3",),
+                         vram_total_bytes=total, gpu_memory_utilization=0.95, enforce_eager=True)
+    assert eager.rows[0].kv_pool_bytes - result.rows[0].kv_pool_bytes == pytest.approx(planner.CUDA_GRAPH_BYTES, abs=2)

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from app.core.planner import utilization_for_free_vram
 from app.core.settings import EngineConfig, Settings, load_settings, save_settings
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.scripted import ScriptedEngineDouble
-from app.core.planner import utilization_for_free_vram
 from app.engine.start_failures import RULES, classify_start_failure
 
 GIB = 1 << 30
@@ -34,7 +34,7 @@ def site_packages() -> Path:
     return Path(spec.origin).parent.parent
 
 
-@lru_cache(maxsize=None)
+@cache
 def string_literals(path: Path) -> tuple[str, ...]:
     """Every string literal of a Python file, f-strings with their fields as {} and implicit
     concatenation joined (as the message reads at run time)."""
