@@ -200,3 +200,16 @@ def test_the_planner_counts_vllms_profile_terms_for_qwq_on_a_4090() -> None:
     eager = planner.plan(config, weight_bytes=qwq.weight_bytes, max_model_len=8192, kv_dtypes=("fp8_e4m3",),
                          vram_total_bytes=total, gpu_memory_utilization=0.95, enforce_eager=True)
     assert eager.rows[0].kv_pool_bytes - result.rows[0].kv_pool_bytes == pytest.approx(planner.CUDA_GRAPH_BYTES, abs=2)
+
+
+def test_the_welcome_dialog_says_what_other_programs_hold(qtbot) -> None:
+    """The user sees why a model's context is shorter than on an idle card."""
+    from app.core.model_catalog import recommendations
+    from app.ui.welcome_dialog import WelcomeDialog
+
+    gpu = rtx("RTX 4080", (8, 9), 15.99, 13.9)
+    dialog = WelcomeDialog(cuda_probe(gpu), check_hub=False)
+    qtbot.addWidget(dialog)
+    assert "of which other programs use 2.1 GiB" in dialog.hardware_label.text()
+    for rec in recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes):
+        assert rec.summary() in dialog.item_for(rec.model.repo_id).text()
