@@ -38,8 +38,8 @@ def test_a_bare_gaming_pc_gets_every_fix_it_needs(monkeypatch) -> None:
 
 def test_doctor_gpu_runs_as_a_command_and_says_why_it_fails_here() -> None:
     """The real command on this GPU-less machine: exit 1, every item present, JSON for scripts."""
-    result = subprocess.run([sys.executable, "-m", "app", "doctor", "--gpu", "--json"], capture_output=True, check=False,
-                            text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "app", "doctor", "--gpu", "--json"], capture_output=True,
+                            check=False, text=True, timeout=120)
     items = {item["name"]: item for item in json.loads(result.stdout)}
     assert set(items) == {"NVIDIA driver", "CUDA build", "GPU", "FlashInfer kernels", "C compiler", "Python.h"} \
         or "free VRAM" in items

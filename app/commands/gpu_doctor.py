@@ -55,7 +55,8 @@ def checklist(probe: HardwareProbe, tools: Toolchain, driver: tuple[int, int] | 
         detail = (f"{gpu.vram_free_bytes / GIB:.1f} of {gpu.vram_total_bytes / GIB:.1f} GiB free (other programs "
                   f"use {held:.1f} GiB); memory share {gpu_memory_utilization:.0%}")
         enough = share >= gpu_memory_utilization
-        items.append(CheckItem("free VRAM", enough, detail if enough else f"{detail}: the engine starts with {share:.0%}",
+        items.append(CheckItem("free VRAM", enough,
+                               detail if enough else f"{detail}: the engine starts with {share:.0%}",
                                "" if enough else "Close programs that use the GPU (browser, games, Steam) for the "
                                                  "full share, or lower it in Settings."))
     kernels_detail = tools.kernels or ("none downloaded; nvcc and ninja can build them" if tools.can_build_kernels

@@ -36,9 +36,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.embedded_model import embedded_model_dir
+from app.core.fp8_scales import fp8_scales_text
 from app.core.keystore import KeyStore
 from app.core.model_folder import folder_problem, looks_local
-from app.core.fp8_scales import fp8_scales_text
 from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder, utilization_for_free_vram
 from app.core.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Settings
 from app.engine import capability

@@ -40,9 +40,9 @@ from app.core.hub_download import (
     partial_bytes,
 )
 from app.core.model_catalog import Recommendation, best, recommendations, validate_model_folder
-from app.engine.gpu_start import held_by_others
 from app.core.planner import GIB
 from app.engine.capability import HardwareProbe, recommended_kv_dtype
+from app.engine.gpu_start import held_by_others
 
 log = logging.getLogger(__name__)
 EMBEDDED = "embedded"
