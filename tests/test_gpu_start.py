@@ -213,3 +213,21 @@ def test_the_welcome_dialog_says_what_other_programs_hold(qtbot) -> None:
     assert "of which other programs use 2.1 GiB" in dialog.hardware_label.text()
     for rec in recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes):
         assert rec.summary() in dialog.item_for(rec.model.repo_id).text()
+
+
+def test_the_engine_host_checks_the_driver_before_loading_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: the host's start never asked; a too-old driver surfaced minutes later from the worker."""
+    from app.engine.host import EngineHost
+    from tests.conftest import require_embedded_model
+
+    gpu = rtx("RTX 4090", (8, 9), 24.0, 23.0)
+    monkeypatch.setattr(capability, "probe_hardware", lambda: cuda_probe(gpu))
+    monkeypatch.setattr(gpu_start, "driver_cuda_version", lambda: (12, 4))
+    monkeypatch.setattr(gpu_start, "torch_cuda_version", lambda: (13, 0))
+    host = EngineHost()
+    try:
+        with pytest.raises(EngineFailure) as caught:
+            host.loop_thread.submit(host.start(EngineConfig(model=str(require_embedded_model())))).result(60)
+        assert caught.value.kind is FailureKind.DRIVER_TOO_OLD and "CUDA 12.4" in caught.value.message
+    finally:
+        host.close()
