@@ -42,7 +42,7 @@ PHASES: tuple[Phase, ...] = (
           "building FlashInfer kernels (first start only; minutes)", 0.55),
     Phase("torch.compile and initial profiling/warmup", "vllm/compilation/decorators.py", "profiling memory", 0.65),
     Phase("Available KV cache memory", "vllm/v1/worker/gpu_worker.py", "sizing the KV cache", 0.7),
-    Phase("KV cache size:", "vllm/v1/core/kv_cache_utils.py", "capturing CUDA graphs and warming up", 0.8),
+    Phase("KV cache size:", "vllm/v1/core/kv_cache_utils.py", "warming up (capturing CUDA graphs on a GPU)", 0.8),
     Phase("Graph capturing finished", "vllm/v1/worker/gpu_model_runner.py", "CUDA graphs captured", 0.9),
     Phase("init engine (profile, create kv cache, warmup model) took", "vllm/v1/engine/core.py",
           "starting the engine's loop", 0.95),
