@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,7 +74,9 @@ def run_think(engine: FakeAsyncLLM, reply: LocalReply, *, aborted: set[str] = fr
     async def collect() -> list[EngineEvent]:
         return [event async for event in requests.think_phase(reply, splitter)]
 
-    return asyncio.run(collect())
+    # On a thread of its own: the suite's qasync loop may be marked running on this one.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, collect()).result(60)
 
 
 QUIET = SamplingConfig(think_budget=8, max_tokens=4, loop_guard=LoopGuardConfig(enabled=False))
