@@ -243,7 +243,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     which only prints triton's nanobind leak report (about 30 lines) under the summary."""
     import sys
 
-    if _EXIT_STATUS and ("triton" in sys.modules or "vllm" in sys.modules):
+    worker = hasattr(config, "workerinput")  # an xdist worker still has its channel to close
+    if _EXIT_STATUS and not worker and ("triton" in sys.modules or "vllm" in sys.modules):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_EXIT_STATUS[-1])
