@@ -69,9 +69,10 @@ def test_an_old_history_file_gains_the_switch_on() -> None:
     store = HistoryStore()
     store.save_conversation(Conversation(title="before"))
     store.close()
-    db = sqlite3.connect(store.path)  # back to schema 2: no thinking column (nor the loop guard's, schema 4)
+    db = sqlite3.connect(store.path)  # back to schema 2: no thinking column (nor the loop guard's, schema 4,
     db.executescript("ALTER TABLE conversations DROP COLUMN thinking; ALTER TABLE messages DROP COLUMN loop_guard; "
-                     "PRAGMA user_version = 2;")
+                     "ALTER TABLE messages DROP COLUMN tool_rounds; ALTER TABLE conversations DROP COLUMN tools; "
+                     "PRAGMA user_version = 2;")  # nor the tool calls', schemas 5 and 6)
     db.close()
     assert [c.thinking for c in HistoryStore().conversations()] == [True]
 
