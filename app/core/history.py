@@ -200,8 +200,8 @@ class HistoryStore:
         with self._db:
             self._db.execute(
                 "UPDATE messages SET thinking_text = ?, answer_text = ?, thinking_tokens = ?, answer_tokens = ?, "
-                "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, loop_guard = ?, tool_rounds = ?, updated_at = ? "
-                "WHERE id = ?",
+                "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, loop_guard = ?, tool_rounds = ?, "
+                "updated_at = ? WHERE id = ?",
                 (turn.thinking, turn.answer, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s, turn.answer_tok_s,
                  turn.finish_reason or "stop", turn.backend, turn.loop_guard, _rounds_json(turn), time.time(),
                  turn.message_id))
