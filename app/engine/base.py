@@ -66,10 +66,14 @@ class EngineBase:
         return False
 
     async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
-                        request_id: str, *, ignore_eos: bool = False, resume: Resume | None = None) -> Finished | None:
-        """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
+                        request_id: str, *, ignore_eos: bool = False, resume: Resume | None = None,
+                        tools: list[dict[str, Any]] | None = None, tool_choice: Any = None) -> Finished | None:
+        """Run ``generate`` on the engine loop, handing each event to a thread-safe sink.
+
+        ``tools`` (OpenAI's shape) and ``tool_choice`` reach ``generate`` only when given."""
         last: Finished | None = None
-        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
+        offered: dict[str, Any] = {"tools": tools, "tool_choice": tool_choice} if tools else {}
+        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume, **offered)
         async with contextlib.aclosing(replies) as events:
             async for event in events:
                 sink(event)

@@ -10,7 +10,7 @@ from typing import Literal
 
 from app.engine.errors import EngineFailure
 
-FinishReason = Literal["stop", "length", "abort", "error", "loop"]  # loop: cut by the loop guard
+FinishReason = Literal["stop", "length", "abort", "error", "loop", "tool_calls"]  # loop: cut by the loop guard
 LoopOutcome = Literal["concluded", "resampled", "stopped", "warned", "cut"]
 
 
@@ -106,6 +106,26 @@ class LoopDetected:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A call the model made: ``arguments`` is JSON text, as OpenAI's API carries it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """Part of a call as it streams: ``index`` says which call of the reply."""
+
+    request_id: str
+    index: int
+    id: str | None
+    name: str | None
+    arguments_delta: str
+
+
+@dataclass(frozen=True)
 class Finished:
     request_id: str
     reason: FinishReason
@@ -113,6 +133,7 @@ class Finished:
     answer_text: str
     metrics: Metrics | None = None
     loops: tuple[LoopDetected, ...] = ()  # what the loop guard found and did in this reply
+    tool_calls: tuple[ToolCall, ...] = ()  # with reason "tool_calls": what the model wants run
 
 
 @dataclass(frozen=True)
