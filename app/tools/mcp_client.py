@@ -64,6 +64,7 @@ class ServerState:
     name: str
     tools: tuple[ToolInfo, ...] = ()
     problem: str | None = None
+    config: ToolServer | None = None  # what it was started from: a changed setting is not this server any more
 
 
 def result_text(content: Sequence[Any], structured: Any = None) -> str:
@@ -208,7 +209,8 @@ class McpToolbox:
                 await connection.task
 
     def states(self) -> dict[str, ServerState]:
-        return {name: ServerState(name, c.tools, c.problem) for name, c in self._connections.items()}
+        return {name: ServerState(name, c.tools if c.session is not None else (), c.problem, c.config)
+                for name, c in self._connections.items()}
 
     def tools(self) -> list[ToolInfo]:
         """Every tool of every connected server."""

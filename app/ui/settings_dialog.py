@@ -43,6 +43,8 @@ from app.core.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Set
 from app.engine import capability
 from app.engine.capability import HardwareProbe
 from app.ui.backends_panel import ApiServerPanel, BackendsPanel
+from app.ui.tools_controller import ToolsController
+from app.ui.tools_tab import ToolsTab
 
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("engine", EngineConfig), ("sampling", SamplingConfig), ("loop_guard", LoopGuardConfig))
@@ -85,7 +87,7 @@ class SettingsDialog(QDialog):
     applied = Signal(object)  # Settings
 
     def __init__(self, settings: Settings, probe: HardwareProbe | None = None, parent: QWidget | None = None,
-                 keys: KeyStore | None = None) -> None:
+                 keys: KeyStore | None = None, tools: ToolsController | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Nalar settings")
         self.setObjectName("SettingsDialog")
@@ -142,6 +144,9 @@ class SettingsDialog(QDialog):
             page_layout.addWidget(panel)
             page_layout.addStretch(1)
             self.tabs.addTab(page, title)
+        self.tools_tab = ToolsTab(settings.tools, tools)  # app/ui/tools_tab.py
+        self.tools_tab.changed.connect(self.revalidate)
+        self.tabs.addTab(self.tools_tab, "Tools")
         engine_page = pages["engine"]
         engine_page.addWidget(self.reasons)
         engine_page.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
@@ -316,7 +321,7 @@ class SettingsDialog(QDialog):
             candidate = Settings(engine=EngineConfig(**raw["engine"]),
                                  sampling=SamplingConfig(**raw["sampling"], loop_guard=raw["loop_guard"]),
                                  backends=backends or self.original.backends,
-                                 api_server=self.api_server_panel.value())
+                                 api_server=self.api_server_panel.value(), tools=self.tools_tab.value())
         except ValidationError as exc:
             candidate = None
             for error in exc.errors():

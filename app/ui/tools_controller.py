@@ -50,9 +50,12 @@ class ToolsController(QObject):
         return self.states
 
     def offered(self, config: ToolsConfig) -> list[ToolInfo]:
-        """The tools switched on, one per name (a later server's tool of the same name is not offered)."""
+        """The tools switched on, of servers as saved in ``config``; one per name (a later server's tool of the
+        same name is not offered)."""
         tools: dict[str, ToolInfo] = {}
         for state in self.states.values():
+            if state.config is None or config.server(state.name) != state.config:
+                continue  # connected for a look in Settings, not (or no longer) in the saved settings
             for tool in state.tools:
                 if tool.key not in config.disabled and tool.name not in tools:
                     tools[tool.name] = tool

@@ -54,7 +54,7 @@ class WindowMenus(QObject):
 
     def open_settings(self) -> SettingsDialog:
         window = self.window
-        dialog = SettingsDialog(window.settings, parent=window, keys=window.controller.keys)
+        dialog = SettingsDialog(window.settings, parent=window, keys=window.controller.keys, tools=window.tools)
         dialog.applied.connect(window.apply_settings)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
