@@ -300,7 +300,9 @@ class ChatSession(QObject):
         self.reply_continued.emit()
         self.state_changed.emit()
         sampling = changed(self.controller.settings.sampling, thinking=conversation.thinking)
-        tool_choice = "none" if self._answer_now_next or rounds >= MAX_TOOL_ROUNDS else "auto"
+        # A forced call ("required" or a named function) is one round: the model then answers with what it got.
+        forced = self.tool_choice not in ("auto", "none")
+        tool_choice = "none" if self._answer_now_next or forced or rounds >= MAX_TOOL_ROUNDS else "auto"
         await self._generate(conversation, sampling, request_id, None, tool_choice)
 
     def _stop_during_tools(self) -> None:
