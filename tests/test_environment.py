@@ -39,7 +39,7 @@ print("\\n".join(offenders))
 QT_ALLOWED = {"commands": {"bench.py"}}
 
 
-@pytest.mark.parametrize("layer", ["engine", "core", "commands"])
+@pytest.mark.parametrize("layer", ["engine", "core", "commands", "server"])
 def test_engine_core_and_commands_never_import_qt(layer: str) -> None:
     # In a fresh process: CPython 3.11.7's ast.parse can fail spuriously while other threads run
     # ("AST constructor recursion depth mismatch", gh-106905), and earlier tests leave threads behind.
