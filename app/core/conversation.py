@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
-Message = dict[str, str]
+# A chat message in OpenAI's shape: {"role", "content"}; an assistant's may also carry "tool_calls"
+# ([{"id", "type": "function", "function": {"name", "arguments": JSON text}}], content then "" or None),
+# and a {"role": "tool", "tool_call_id", "content"} message carries a call's result.
+Message = dict[str, Any]
 
 
 @dataclass

@@ -23,7 +23,7 @@ from openai import AsyncOpenAI
 
 from app.core.model_families import model_family
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message, Resume
+from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, EngineReady, FinishReason
 from app.engine.reasoning import RemoteReplySplitter, Split, think_start_for_model
@@ -174,7 +174,8 @@ class RemoteEngine(EngineBase):
         log.info("answer-now is not supported by remote profile %s", self.profile.name)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                       tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
         """``resume`` is not supported (can_resume is False): the caller asks anew."""
         rid = request_id or uuid.uuid4().hex[:12]
         ready = self.ready
