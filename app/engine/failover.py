@@ -172,7 +172,7 @@ class FailoverEngine(EngineBase):
         """``resume`` is not supported (can_resume is False): the caller asks anew. The tools go to
         whichever backend answers, the fallback too."""
         rid = request_id or uuid.uuid4().hex[:12]
-        offer = {"tools": tools, "tool_choice": tool_choice}
+        offer: dict[str, Any] = {"tools": tools, "tool_choice": tool_choice}
         try:
             reason = ""
             if self._can_serve(self.primary):
