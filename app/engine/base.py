@@ -50,7 +50,8 @@ class EngineBase:
     def _status(self, state: Any, message: str, progress: float | None = None) -> None:
         self._on_status(StatusChanged(state, message, progress))
 
-    async def start(self, config: EngineConfig) -> EngineReady:
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
+        """``kv_block_size`` is for benchmarks (a small pool to fill); engines that can't choose ignore it."""
         raise NotImplementedError
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,

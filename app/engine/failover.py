@@ -111,7 +111,7 @@ class FailoverEngine(EngineBase):
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    async def start(self, config: EngineConfig) -> EngineReady:
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
         """Start both; ready if either is. Raises the primary's failure when neither starts."""
         results = await asyncio.gather(on_engine(self.primary.loop_thread, self.primary.start(config)),
                                        on_engine(self.fallback.loop_thread, self.fallback.start(config)),

@@ -108,7 +108,7 @@ class RemoteEngine(EngineBase):
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self, config: EngineConfig) -> EngineReady:
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
         """Check the server answers and serves the model. The local EngineConfig doesn't apply here."""
         started = time.perf_counter()
         await self.shutdown()

@@ -57,7 +57,7 @@ class ScriptedEngineDouble(EngineBase):
         self._aborted: set[str] = set()
         self.config: EngineConfig | None = None
 
-    async def start(self, config: EngineConfig) -> EngineReady:
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
         self.starts.append(config)
         self._status("loading", "loading model… (scripted)", 0.2)
         await asyncio.sleep(self.load_seconds)
