@@ -13,10 +13,10 @@ from app.core.history import HistoryStore
 from app.core.keystore import new_token
 from app.core.model_families import model_family
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.api_server import LocalApiServer
 from app.engine.base import Message, Resume
 from app.engine.events import EngineEvent
 from app.engine.scripted import Script, ScriptedEngineDouble
+from app.server.api_server import LocalApiServer
 
 
 class RecordingDouble(ScriptedEngineDouble):

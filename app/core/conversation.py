@@ -6,7 +6,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-Message = dict[str, Any]  # OpenAI's shape: role and content; assistant tool_calls; tool_call_id on tool results
+# A chat message in OpenAI's shape: {"role", "content"}; an assistant's may also carry "tool_calls"
+# ([{"id", "type": "function", "function": {"name", "arguments": JSON text}}], content then "" or None),
+# and a {"role": "tool", "tool_call_id", "content"} message carries a call's result.
+Message = dict[str, Any]
 NOT_RUN = "The call did not run: the reply was stopped before it was approved."
 
 

@@ -83,6 +83,21 @@ class LoopGuardConfig(BaseModel):
     max_resamples: int = Field(2, ge=0, le=10, description="Resamples per reply before the guard concludes.")
 
 
+class RequestControls(BaseModel):
+    """What one API request asks for beyond the settings: the local API server fills it from the
+    request's fields, the window leaves it at these defaults. Not shown in Settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stop: tuple[str, ...] = Field((), max_length=16, description="Stop sequences; the text ends before them.")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="Per-request seed for reproducible sampling.")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    json_schema: str | None = Field(None, description="JSON text of a schema the answer must match "
+                                                      "(structured outputs).")
+    json_object: bool = Field(False, description="The answer must be one JSON object.")
+
+
 class SamplingConfig(BaseModel):
     """Per-request sampling; defaults are those recommended for R1-style models."""
 
@@ -98,6 +113,7 @@ class SamplingConfig(BaseModel):
                                               "Qwen3: through the chat template; R1, QwQ: always on; "
                                               "other models: Nalar's reasoning mode.")
     loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+    request: RequestControls = Field(default_factory=RequestControls)  # per API request; not in Settings
 
     def with_loop_guard(self, **changes: Any) -> SamplingConfig:
         """A validated copy with loop-guard fields changed (``model_copy(update=)`` would not validate)."""

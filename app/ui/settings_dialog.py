@@ -115,8 +115,8 @@ class SettingsDialog(QDialog):
             box = QGroupBox(TITLES[section][0])
             form = QFormLayout(box)
             for name, field in schema.model_fields.items():
-                if name == "loop_guard":
-                    continue  # its own tab
+                if name in ("loop_guard", "request"):
+                    continue  # the loop guard has its own tab; request controls are per API request
                 editor = self._editor_for(section, name, field, getattr(_section_value(settings, section), name))
                 editor.setToolTip(field.description or "")
                 error = QLabel()
