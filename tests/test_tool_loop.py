@@ -85,6 +85,7 @@ def test_no_call_runs_before_approval_and_its_result_reaches_the_follow_up(qtbot
         session.tool_loop.approve(step)
     assert blocker.args[0].reason == "stop"
     assert (step.status, step.result) == ("ok", "42")
+    assert engine(session).tool_requests[1]["tool_choice"] == "auto", "after an unforced call the model may call on"
     follow_up = engine(session).tool_requests[1]["messages"]
     assert follow_up[-1] == {"role": "tool", "tool_call_id": step.call_id, "content": "42"}
     assert follow_up[-2]["tool_calls"][0]["function"] == {"name": "add", "arguments": '{"a": 2, "b": 40}'}
@@ -95,14 +96,18 @@ def test_no_call_runs_before_approval_and_its_result_reaches_the_follow_up(qtbot
 
 
 def test_deny_sends_denied_by_the_user(qtbot, make_session) -> None:
-    """Bug caught: a denied call left without a tool message (template error), or run anyway."""
+    """Bug caught: a denied call left without a tool message (template error), or run anyway; and a forced
+    call forced again in the follow-up (the model could never answer)."""
     session = make_session(CallScript("Let me add.", [("add", '{"a": 1, "b": 1}')]), Script(["OK, I won't."]))
+    forced = {"type": "function", "function": {"name": "add"}}
+    session.tool_choice = forced
     ask(qtbot, session, "add 1 and 1")
     [step] = session.conversation.turns[-1].tool_rounds[0].calls
     with qtbot.waitSignal(session.reply_finished, timeout=20_000):
         session.tool_loop.deny(step)
     assert (step.status, step.result) == ("denied", DENIED_TEXT)
     assert engine(session).tool_requests[1]["messages"][-1]["content"] == DENIED_TEXT
+    assert [r["tool_choice"] for r in engine(session).tool_requests] == [forced, "none"]
 
 
 def test_a_timeout_and_an_error_go_back_to_the_model(qtbot, make_session) -> None:
