@@ -90,6 +90,7 @@ def test_forced_call_deny_and_timeout_through_the_real_window_engine_and_server(
 
     stored = HistoryStore(session.history.path).conversations()[-1]
     assert [t.tool_rounds[0].calls[0].status for t in stored.turns] == ["ok", "denied", "timeout"]
-    assert stored.turns[0].tool_rounds[0].calls[0].result == session.conversation.turns[0].tool_rounds[0].calls[0].result
+    first = session.conversation.turns[0].tool_rounds[0].calls[0]
+    assert stored.turns[0].tool_rounds[0].calls[0].result == first.result
     window.close()
     assert vllm_processes(before) == []
