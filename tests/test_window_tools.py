@@ -116,3 +116,24 @@ def test_settings_tools_tab_adds_lists_and_switches_tools(qtbot, make_window) ->
     assert saved.servers == (DEMO,) and saved.disabled == ("demo/slow",) and saved.always_allow == ("demo/add",)
     qtbot.waitUntil(lambda: bool(window.tools.offered(window.settings.tools)), timeout=30_000)
     assert "slow" not in {t.name for t in window.tools.offered(window.settings.tools)}
+
+
+def test_a_stored_reply_shows_its_calls_without_buttons(qtbot, make_window) -> None:
+    """Bug caught: a call left waiting by a crash shown again with a Run button that runs nothing (or, worse,
+    runs a tool outside any reply)."""
+    from app.core.conversation import Conversation, ToolRound, ToolStep, Turn
+    from app.core.history import HistoryStore
+
+    store = HistoryStore()
+    conversation = Conversation(title="old", tools=True)
+    turn = Turn(user="q", answer="a", finish_reason="interrupted", tool_rounds=[ToolRound("t", [
+        ToolStep("c1", "add", '{"a": 1, "b": 2}', "demo", "3", "ok"), ToolStep("c2", "slow", "{}", "demo")])])
+    conversation.turns.append(turn)
+    store.start_turn(conversation, turn)
+    store.finish_turn(turn)
+    store.close()
+    window = make_window(ToolCallingScriptedDouble([]), tool_settings())
+    done, waiting = window.chat_view.tool_panel.cards.values()
+    assert done.result_view.toPlainText() == "3" and done.result_folded
+    assert not waiting.run_button.isVisible() and waiting.status.text() == "not run"
+    assert window.thinking_pane.text() == "t" + "\n\n— after the tool results —\n"

@@ -49,8 +49,9 @@ class ToolCallCard(QFrame):
     always = Signal()
     deny = Signal()
 
-    def __init__(self, step: ToolStep, parent: QWidget | None = None) -> None:
+    def __init__(self, step: ToolStep, parent: QWidget | None = None, *, live: bool = True) -> None:
         super().__init__(parent)
+        self.live = live  # False: a stored reply's call, which no button can run any more
         self.setObjectName("ToolCallCard")
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setStyleSheet("#ToolCallCard { background: #f4f1e8; border: 1px solid #d8cfb4; border-radius: 4px; }")
@@ -99,8 +100,8 @@ class ToolCallCard(QFrame):
     def show_step(self, step: ToolStep) -> None:
         where = f"  ·  {step.server}" if step.server else ""
         self.title.setText(f"⚙ {step.name}{where}")
-        self.status.setText(STATUS_TEXT.get(step.status, step.status))
-        waiting = step.status == "pending"
+        waiting = step.status == "pending" and self.live
+        self.status.setText(STATUS_TEXT.get(step.status, step.status) if self.live or step.done else "not run")
         for button in (self.run_button, self.always_button, self.deny_button):
             button.setVisible(waiting)
         self.result_toggle.setVisible(step.done)
@@ -144,9 +145,9 @@ class ToolCallsPanel(QScrollArea):
         self.cards.clear()
         self.hide()
 
-    def add_round(self, tool_round: ToolRound) -> None:
+    def add_round(self, tool_round: ToolRound, *, live: bool = True) -> None:
         for step in tool_round.calls:
-            card = ToolCallCard(step)
+            card = ToolCallCard(step, live=live)
             card.run.connect(lambda step=step: self.run.emit(step))
             card.always.connect(lambda step=step: self.always.emit(step))
             card.deny.connect(lambda step=step: self.deny.emit(step))
@@ -159,7 +160,7 @@ class ToolCallsPanel(QScrollArea):
             card.show_step(step)
 
     def show_rounds(self, rounds: list[ToolRound]) -> None:
-        """A finished reply's calls (no buttons: they have their results)."""
+        """A stored reply's calls, without buttons (a call an interrupted reply left waiting can't run now)."""
         self.clear()
         for tool_round in rounds:
-            self.add_round(tool_round)
+            self.add_round(tool_round, live=False)
