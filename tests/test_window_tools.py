@@ -137,3 +137,19 @@ def test_a_stored_reply_shows_its_calls_without_buttons(qtbot, make_window) -> N
     assert done.result_view.toPlainText() == "3" and done.result_folded
     assert not waiting.run_button.isVisible() and waiting.status.text() == "not run"
     assert window.thinking_pane.text() == "t" + "\n\n— after the tool results —\n"
+
+
+def test_a_server_only_tried_in_settings_ends_on_cancel(qtbot, make_window) -> None:
+    """Bug caught: a server connected with "Connect and list tools" left running (and its tools one step
+    from being offered) after the dialog is cancelled: commands must come only from saved settings."""
+    window = make_window(ToolCallingScriptedDouble([]))
+    dialog = window.open_settings()
+    tab = dialog.tools_tab
+    tab.name_edit.setText("demo")
+    tab.line_edit.setText(f"{sys.executable} {DEMO.args[0]}")
+    assert tab.add_from_fields()
+    qtbot.mouseClick(tab.connect_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: tab.tool_item("demo", "add") is not None, timeout=30_000)
+    dialog.reject()
+    qtbot.waitUntil(lambda: window.tools.states == {}, timeout=30_000)
+    assert window.tools.offered(window.settings.tools) == []

@@ -20,7 +20,7 @@ from app.core.conversation import Conversation
 from app.core.history import HistoryStore
 from app.core.keystore import KeyStore
 from app.core.model_families import model_family
-from app.core.settings import EngineConfig, Settings
+from app.core.settings import EngineConfig, Settings, ToolServer
 from app.engine.base import EngineBase
 from app.engine.events import EngineReady, Finished, LoopDetected, StatusChanged
 from app.ui.chat_session import ChatSession
@@ -192,8 +192,13 @@ class MainWindow(QMainWindow):
     def apply_settings(self, settings: Settings) -> None:
         servers = self.settings.tools.servers
         self.controller.apply_settings(settings)
-        if settings.tools.servers != servers:
-            self.tools.configure(settings.tools.servers)
+        self.sync_tool_servers(servers)
+
+    def sync_tool_servers(self, before: tuple[ToolServer, ...] | None = None) -> None:
+        """Connect the servers the settings name, and only those (Settings → Tools may have tried others)."""
+        wanted = self.settings.tools.servers
+        if wanted != before or set(self.tools.states) != {server.name for server in wanted}:
+            self.tools.configure(wanted)
 
     # ---- state ---------------------------------------------------------------------------------
 
