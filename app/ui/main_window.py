@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QInputDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
@@ -161,8 +161,8 @@ class MainWindow(QMainWindow):
         self.tools.notice.connect(self.show_notice)
         self.tools.servers_changed.connect(
             lambda: self.controls.tools_switch.show_tools(len(self.tools.offered(self.settings.tools))))
-        if self.settings.tools.servers:
-            self.tools.configure(self.settings.tools.servers)
+        if self.settings.tools.servers:  # once the UI loop runs: the window is built before qasync's loop starts
+            QTimer.singleShot(0, lambda: self.tools.configure(self.settings.tools.servers))
 
     # ---- what tests, benches and dialogs use ---------------------------------------------------
 
