@@ -166,14 +166,20 @@ def xvfb_display(tmp_path: Path) -> str:
     log_file = tmp_path / "xvfb.log"
     server = subprocess.Popen(["Xvfb", f":{number}", "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
                               stdout=subprocess.DEVNULL, stderr=log_file.open("wb"))
-    _wait_for(lambda: Path(f"/tmp/.X11-unix/X{number}").exists() or server.poll() is not None, 20, "Xvfb")
-    if server.poll() is not None:
-        pytest.fail(f"Xvfb :{number} exited: {log_file.read_text()[-2000:]}")
-    yield f":{number}"
-    if server.poll() is not None:
-        print(f"Xvfb exited early ({server.returncode}): {log_file.read_text()[-2000:]}")
-    server.terminate()
-    server.wait(10)
+    try:
+        _wait_for(lambda: Path(f"/tmp/.X11-unix/X{number}").exists() or server.poll() is not None, 20, "Xvfb")
+        if server.poll() is not None:
+            pytest.fail(f"Xvfb :{number} exited: {log_file.read_text()[-2000:]}")
+        yield f":{number}"
+        if server.poll() is not None:
+            print(f"Xvfb exited early ({server.returncode}): {log_file.read_text()[-2000:]}")
+    finally:  # also when its start timed out or the test failed
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(10)
 
 
 def launch_app(display: str, **extra_env: str) -> subprocess.Popen:
