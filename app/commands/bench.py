@@ -32,35 +32,6 @@ def _model_config(**overrides: Any) -> EngineConfig:
 
 # ---- engine: raw AsyncLLM against the engine layer, same engine, same prompt ----------------
 
-async def raw_run(host: Any, tokens: int, index: int, messages: list[dict[str, str]] | None = None,
-                   include_prefill: bool = False) -> float:
-    """tok/s straight from AsyncLLM.generate, no Nalar code in the loop.
-
-    By default the rate counts the decode after the first token; ``include_prefill`` times the
-    whole request instead, from the call to the last token, as a user waits for it.
-    """
-    from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
-
-    ids, _ = host.fit_prompt(messages or PROMPT, reserve=tokens, opened_think=False)
-    params = SamplingParams(max_tokens=tokens, temperature=0.6, top_p=0.95, ignore_eos=True,
-                            output_kind=RequestOutputKind.DELTA)
-    called = time.perf_counter()
-    first = last = None
-    count = 0
-    async for output in host.raw_generate(ids, params, f"raw-{index}"):
-        now = time.perf_counter()
-        n = len(output.outputs[0].token_ids)
-        if n and first is None and not include_prefill:
-            first = now
-            continue  # the first token ends the prefill; rate counts the decode after it
-        count += n
-        last = now
-    assert first is not None or include_prefill
-    assert last is not None, "the engine produced no tokens"
-    return count / (last - (called if include_prefill else first))  # type: ignore[operator]
-
-
 async def _layer_run(host: Any, tokens: int, index: int, deltas: list[str] | None = None) -> float:
     from app.engine.events import AnswerDelta, Finished
 
@@ -101,6 +72,7 @@ def loop_guard_us_per_token(deltas: list[str], rounds: int = 5) -> float:
 
 
 def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
+    from app.engine.bench_entry import raw_run
     from app.engine.host import EngineHost
 
     host = EngineHost()
@@ -109,7 +81,7 @@ def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
         raw, layer = [], []
         deltas: list[str] = []
         for index in range(repeats):  # interleaved, so drift hits both sides alike
-            raw.append(host.loop_thread.submit(raw_run(host, tokens, index)).result(600))
+            raw.append(host.loop_thread.submit(raw_run(host, tokens, index, PROMPT)).result(600))
             deltas.clear()
             layer.append(host.loop_thread.submit(_layer_run(host, tokens, index, deltas)).result(600))
     finally:
@@ -263,11 +235,11 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
     the window from the Send click to the finished reply on screen, raw AsyncLLM from the call
     to its last token.
     """
-    from app.engine.engine_process import EngineProcess
+    from app.engine.bench_entry import BenchEngineProcess
     from app.ui.main_window import MainWindow
 
     app, loop = _qt_app()
-    host = EngineProcess()  # the app's local engine (app.engine.backends.local_engine): vLLM in a child process
+    host = BenchEngineProcess()  # the app's local engine, vLLM in a child process, plus raw AsyncLLM runs
     settings = Settings(engine=_model_config(), sampling=SamplingConfig(think_budget=0, max_tokens=tokens))
     window = MainWindow(host, settings)
     window.show()

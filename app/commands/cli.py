@@ -7,31 +7,13 @@ import time
 PROCESS_STARTED = time.perf_counter()
 
 import argparse  # noqa: E402  (the timer above measures start-up from the first line)
-import logging  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import TypeVar  # noqa: E402
 
+from app.core.logs import configure_logging  # noqa: E402
+
 Number = TypeVar("Number", int, float)
-
-
-def configure_logging(*, console: bool = True) -> None:
-    """nalar.log in the log dir (the engine process writes there too), and warnings on the console."""
-    from logging.handlers import RotatingFileHandler
-
-    from app.core import paths
-
-    folder = paths.log_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    handler = RotatingFileHandler(folder / "nalar.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.setLevel(logging.INFO)
-    root.addHandler(handler)
-    if console:
-        stream = logging.StreamHandler()
-        stream.setLevel(logging.WARNING)
-        root.addHandler(stream)
 
 
 def _positive_list(convert: Callable[[str], Number]) -> Callable[[str], list[Number]]:

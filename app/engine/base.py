@@ -13,6 +13,11 @@ from app.engine.events import EngineEvent, EngineReady, Finished, StatusChanged
 from app.engine.loop_thread import EngineLoopThread
 
 EventSink = Callable[[EngineEvent], None]
+# OpenAI's tool_choice: "auto" (the model decides), "none", "required" (at least one call), or one named
+# function {"type": "function", "function": {"name": ...}}. Tools are OpenAI function tools:
+# {"type": "function", "function": {"name", "description", "parameters": JSON schema}}.
+ToolChoice = str | dict[str, Any]
+Tools = Sequence[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,16 @@ class EngineBase:
     def _status(self, state: Any, message: str, progress: float | None = None) -> None:
         self._on_status(StatusChanged(state, message, progress))
 
-    async def start(self, config: EngineConfig) -> EngineReady:
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
+        """``kv_block_size`` is for benchmarks (a small pool to fill); engines that can't choose ignore it."""
         raise NotImplementedError
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                 ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                 ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """One reply's events, ending in exactly one Finished. With ``tools``, the model may answer with
+        calls: ToolCallDelta events, then Finished(reason="tool_calls", tool_calls=...); ``tool_choice``
+        "required" or a named function forces one (None means "auto" when tools are given)."""
         raise NotImplementedError
 
     async def abort(self, request_id: str) -> None:
@@ -66,10 +76,12 @@ class EngineBase:
         return False
 
     async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
-                        request_id: str, *, ignore_eos: bool = False, resume: Resume | None = None) -> Finished | None:
+                        request_id: str, *, ignore_eos: bool = False, resume: Resume | None = None,
+                        tools: Tools | None = None, tool_choice: ToolChoice | None = None) -> Finished | None:
         """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
         last: Finished | None = None
-        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
+        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume,
+                                tools=tools, tool_choice=tool_choice)
         async with contextlib.aclosing(replies) as events:
             async for event in events:
                 sink(event)

@@ -9,24 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import multiprocessing
 import os
 import threading
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
 import psutil
 
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message, Resume
+from app.engine import process_protocol as protocol
+from app.engine import process_server
+from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, EngineReady, Finished, ThinkingDelta
 from app.engine.orphans import OWNER_ENV, owner_tag, record_engine_processes, same_process
 
 log = logging.getLogger(__name__)
+ChildMain = Callable[[Any], None]  # the child's main, given its end of the pipe
 
 
 def process_gone() -> EngineFailure:
@@ -39,8 +43,10 @@ class EngineProcess(EngineBase):
 
     can_resume = True
 
-    def __init__(self, on_status: EventSink | None = None) -> None:
+    def __init__(self, on_status: EventSink | None = None, *, child_main: ChildMain | None = None) -> None:
+        """``child_main`` is the child's entry (picklable: a module-level function); a benchmark passes its own."""
         super().__init__(on_status)
+        self._child_main = child_main or process_server.serve
         self._process: Any = None  # multiprocessing's SpawnProcess
         self._conn: Any = None
         self._send_lock = threading.Lock()
@@ -51,6 +57,13 @@ class EngineProcess(EngineBase):
         self._engine_dead = False
         self._starts = 0  # start requests sent to the current child: its death reports name one
         self._process_gone = False
+        self._handlers: protocol.Handlers = {
+            protocol.Event: self._on_event,
+            protocol.Status: self._on_status_message,
+            protocol.Result: self._on_result,
+            protocol.Failure: self._on_failure,
+            protocol.EngineDied: self._on_engine_died,
+        }
 
     @property
     def pid(self) -> int | None:
@@ -62,22 +75,20 @@ class EngineProcess(EngineBase):
     def _ensure_process(self) -> None:
         if self._process is not None and self._process.is_alive() and not self._process_gone:
             return
-        from app.engine import process_server
-
         self._status("loading", "starting the engine process…", 0.01)
         if self._conn is not None:
             self._conn.close()  # a dead child's end; its reader thread has seen EOF
         context = multiprocessing.get_context("spawn")  # fork would copy Qt and this process's threads
         ours, theirs = context.Pipe()
         os.environ[OWNER_ENV] = owner_tag()  # marks the child as ours, should it outlive us (app.engine.orphans)
-        process = context.Process(target=process_server.serve, args=(theirs,), name="nalar-engine")
+        process = context.Process(target=self._child_main, args=(theirs,), name="nalar-engine")
         process.start()
         theirs.close()  # only the child holds its end now: our exit is its EOF
         self._process, self._conn, self._process_gone, self._starts = process, ours, False, 0
         threading.Thread(target=self._read, args=(ours,), name="nalar-engine-pipe", daemon=True).start()
         log.info("engine process %d started", process.pid)
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: protocol.ToEngineProcess | protocol.Call) -> None:
         with self._send_lock:
             if self._conn is None or self._process_gone:
                 raise process_gone()
@@ -91,26 +102,36 @@ class EngineProcess(EngineBase):
         try:
             while True:
                 message = conn.recv()
-                self.loop_thread.call_soon(self._dispatch, message)
+                self.loop_thread.call_soon(self.receive, message)
         except (EOFError, OSError):
             with contextlib.suppress(RuntimeError):  # the loop is already closed at app exit
                 self.loop_thread.call_soon(self._child_gone, conn)
 
-    def _dispatch(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "event":
-            if (queue := self._streams.get(message[1])) is not None:
-                queue.put_nowait(message[2])
-        elif kind == "status":
-            self._on_status(message[1])
-        elif kind in ("result", "failure"):
-            future = self._calls.pop(message[1], None)
-            if future is not None and not future.done():
-                if kind == "result":
-                    future.set_result(message[2])
-                else:
-                    future.set_exception(message[2])
-        elif kind == "engine_died" and message[1] == self._starts:  # not about an engine since replaced
+    # ---- this side's table: what the child sends, on the engine loop -------------------------------
+
+    def receive(self, message: protocol.ToWindow) -> None:
+        """On the engine loop: one message from the child, to its handler in this side's table."""
+        protocol.dispatch(self._handlers, message)
+
+    def _on_event(self, message: protocol.Event) -> None:
+        if (queue := self._streams.get(message.request_id)) is not None:
+            queue.put_nowait(message.event)
+
+    def _on_status_message(self, message: protocol.Status) -> None:
+        self._on_status(message.event)
+
+    def _on_result(self, message: protocol.Result) -> None:
+        future = self._calls.pop(message.call, None)
+        if future is not None and not future.done():
+            future.set_result(message.value)
+
+    def _on_failure(self, message: protocol.Failure) -> None:
+        future = self._calls.pop(message.call, None)
+        if future is not None and not future.done():
+            future.set_exception(message.failure)
+
+    def _on_engine_died(self, message: protocol.EngineDied) -> None:
+        if message.start == self._starts:  # not about an engine since replaced
             self._engine_dead = True
 
     def _child_gone(self, conn: Any) -> None:
@@ -124,16 +145,20 @@ class EngineProcess(EngineBase):
         for queue in self._streams.values():
             queue.put_nowait(None)
 
-    async def _call(self, *message: Any) -> Any:
+    async def _call(self, message: protocol.Call) -> Any:
         call = next(self._call_ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call] = future
         try:
-            self._send((message[0], call, *message[1:]))
+            self._send(dataclasses.replace(message, call=call))
         except EngineFailure:
             self._calls.pop(call, None)
             raise
         return await future
+
+    async def call(self, message: protocol.Call) -> Any:
+        """A call the child's entry added to its table (a benchmark's: app.engine.bench_entry); on the engine loop."""
+        return await self._call(message)
 
     # ---- EngineBase ---------------------------------------------------------------------------
 
@@ -143,21 +168,23 @@ class EngineProcess(EngineBase):
         await asyncio.get_running_loop().run_in_executor(None, self._ensure_process)
         self._engine_dead = False
         self._starts += 1
-        self.ready = await self._call("start", config, kv_block_size)
+        self.ready = await self._call(protocol.Start(config=config, kv_block_size=kv_block_size))
         record_engine_processes()  # the child and its EngineCore, should this process die
         # Kept to end them at close even if the child dies first: its EngineCore can outlive it (vllm#55510).
         self._family |= _marks(self._process.pid)
         return self.ready
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                       tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
         rid = request_id or uuid.uuid4().hex[:12]
         queue: asyncio.Queue[EngineEvent | None] = asyncio.Queue()
         self._streams[rid] = queue
         finished = False
         try:
             try:
-                self._send(("generate", rid, list(messages), sampling, ignore_eos, resume))
+                self._send(protocol.Generate(rid, list(messages), sampling, ignore_eos=ignore_eos, resume=resume,
+                                             tools=list(tools) if tools else None, tool_choice=tool_choice))
             except EngineFailure as failure:
                 finished = True
                 yield EngineErrorEvent(rid, failure)
@@ -180,20 +207,16 @@ class EngineProcess(EngineBase):
             self._streams.pop(rid, None)
             if not finished:  # the caller stopped listening (cancelled): the child stops the request too
                 with contextlib.suppress(EngineFailure):
-                    self._send(("cancel", rid))
+                    self._send(protocol.Cancel(rid))
 
     async def abort(self, request_id: str) -> None:
         with contextlib.suppress(EngineFailure):
-            await self._call("abort", request_id)
-
-    async def measure_raw(self, tokens: int, index: int, messages: list[Message]) -> float:
-        """`nalar bench ui`: raw AsyncLLM's tok/s for this request, on the same engine, in the child."""
-        return float(await self._call("measure_raw", tokens, index, messages))
+            await self._call(protocol.Abort(request_id=request_id))
 
     def request_answer_now(self, request_id: str) -> None:
         """Thread-safe."""
         with contextlib.suppress(EngineFailure):
-            self._send(("answer_now", request_id))
+            self._send(protocol.AnswerNow(request_id))
 
     async def shutdown(self) -> None:
         """Stop the engine; the process stays for the next start. Safe to call twice."""
@@ -201,7 +224,7 @@ class EngineProcess(EngineBase):
         if was_ready is None or self._process_gone:
             return
         with contextlib.suppress(EngineFailure):
-            await self._call("shutdown")
+            await self._call(protocol.Shutdown())
         record_engine_processes()
 
     def engine_died(self) -> bool:
@@ -214,7 +237,7 @@ class EngineProcess(EngineBase):
         if process is not None:
             family = _marks(process.pid) | self._family
             with contextlib.suppress(EngineFailure):
-                self._send(("exit",))
+                self._send(protocol.Exit())
             process.join(timeout)
             if process.is_alive():
                 log.warning("the engine process did not end in %.0f s; killing it", timeout)

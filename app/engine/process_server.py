@@ -4,11 +4,7 @@ Why a process: building vLLM's engine client loads the tokenizer (Rust calls of 
 hold the GIL), so in the window's process the window froze while the engine loaded. Here nothing
 the window runs shares this process's GIL.
 
-Messages are tuples. From the window: ("start", call, config, kv_block_size), ("generate", rid,
-messages, sampling, ignore_eos, resume), ("cancel", rid), ("abort", call, rid), ("answer_now", rid),
-("shutdown", call), ("exit",), and for `nalar bench ui` only ("measure_raw", call, tokens, index,
-messages): raw AsyncLLM's tok/s on the same engine. To the window: ("result", call, value), ("failure", call, failure),
-("event", rid, event), ("status", event), ("engine_died", starts): the engine of the ``starts``-th start died.
+The messages are app.engine.process_protocol's; ``EngineServer.handlers`` is this side's table.
 
 The window's end closing (it exited or was killed) ends the engine and this process: vLLM can
 leave EngineCore running when its parent dies (vllm#55510), so we never leave that to chance.
@@ -25,20 +21,25 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from app.engine import process_protocol as protocol
 from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import EngineEvent, StatusChanged
 
 log = logging.getLogger(__name__)
 DEATH_POLL_S = 0.5
 
+# A benchmark's entry (app.engine.bench_entry) adds handlers for its own messages: given the server, a table.
+Extensions = Callable[["EngineServer"], protocol.Handlers]
 
-class _Outbox:
-    """One writer at a time: the engine loop's events and this thread's replies share the pipe."""
+
+class Outbox:
+    """One writer at a time: the engine loop's events and the main thread's replies share the pipe."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
         self._lock = threading.Lock()
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: protocol.ToWindow) -> None:
         with self._lock:
             try:
                 self._conn.send(message)
@@ -46,85 +47,127 @@ class _Outbox:
                 pass
 
 
-def _event_sender(out: _Outbox, rid: str) -> Callable[[Any], None]:
-    return lambda event: out.send(("event", rid, event))
+class EngineServer:
+    """Runs the window's messages on an EngineHost (``host``) and sends back what they produce."""
+
+    def __init__(self, host: Any, out: Outbox, extensions: Extensions | None = None) -> None:
+        self.host = host
+        self.out = out
+        self.starts = 0  # Start messages so far: the engine reports name theirs (a stale one is ignored)
+        self.exiting = False
+        self._died_reported = False
+        self._streams: dict[str, concurrent.futures.Future[Any]] = {}
+        self.handlers: dict[type, Callable[[Any], None]] = {
+            protocol.Start: self.start,
+            protocol.Generate: self.generate,
+            protocol.Cancel: self.cancel,
+            protocol.Abort: self.abort,
+            protocol.AnswerNow: self.answer_now,
+            protocol.Shutdown: self.shutdown,
+            protocol.Exit: self.exit,
+        }
+        if extensions is not None:
+            self.handlers.update(extensions(self))
+
+    def reply_when_done(self, call: int, future: concurrent.futures.Future[Any]) -> None:
+        """Answer call ``call`` with the future's result, or a typed failure."""
+        def done(result: concurrent.futures.Future[Any]) -> None:
+            if result.cancelled():  # the engine loop stopped under it: this process is ending
+                error: BaseException | None = EngineFailure(FailureKind.ENGINE_DIED, "The engine process is ending.",
+                                                            "Restart the engine.")
+            else:
+                error = result.exception()
+            if error is None:
+                self.out.send(protocol.Result(call, result.result()))
+            elif isinstance(error, EngineFailure):
+                self.out.send(protocol.Failure(call, error))
+            else:
+                self.out.send(protocol.Failure(call, EngineFailure(
+                    FailureKind.ENGINE_START_FAILED, f"The engine process failed: {error}", "Restart Nalar.")))
+        future.add_done_callback(done)
+
+    def check_engine(self) -> None:
+        """Between messages: report, once per start, an engine that stopped by itself."""
+        if not self._died_reported and self.host.engine_died():
+            self._died_reported = True
+            self.out.send(protocol.EngineDied(start=self.starts))
+
+    # ---- the table's handlers ---------------------------------------------------------------------
+
+    def start(self, message: protocol.Start) -> None:
+        self._died_reported, self.starts = False, self.starts + 1
+        self.reply_when_done(message.call, self.host.loop_thread.submit(
+            self.host.start(message.config, kv_block_size=message.kv_block_size)))
+
+    def generate(self, message: protocol.Generate) -> None:
+        rid = message.request_id
+        stream = self.host.loop_thread.submit(self.host.stream_to(
+            _event_sender(self.out, rid), message.messages, message.sampling, rid, ignore_eos=message.ignore_eos,
+            resume=message.resume, tools=message.tools, tool_choice=message.tool_choice))
+        self._streams[rid] = stream
+        stream.add_done_callback(lambda _: self._streams.pop(rid, None))
+
+    def cancel(self, message: protocol.Cancel) -> None:
+        if (stream := self._streams.get(message.request_id)) is not None:
+            stream.cancel()  # the engine loop's task is cancelled: vLLM aborts the request
+
+    def abort(self, message: protocol.Abort) -> None:
+        self.reply_when_done(message.call, self.host.loop_thread.submit(self.host.abort(message.request_id)))
+
+    def answer_now(self, message: protocol.AnswerNow) -> None:
+        self.host.request_answer_now(message.request_id)
+
+    def shutdown(self, message: protocol.Shutdown) -> None:
+        self.reply_when_done(message.call, self.host.loop_thread.submit(self.host.shutdown()))
+
+    def exit(self, message: protocol.Exit) -> None:
+        self.exiting = True
+
+    def cancel_streams(self) -> None:
+        """Before the engine closes: its loop stops, and a reply still streaming would be dropped mid-way."""
+        for stream in list(self._streams.values()):
+            stream.cancel()
 
 
-def _forget(streams: dict[str, Any], rid: str) -> Callable[[Any], None]:
-    return lambda _: streams.pop(rid, None)
+def _event_sender(out: Outbox, rid: str) -> Callable[[EngineEvent], None]:
+    return lambda event: out.send(protocol.Event(rid, event))
 
 
 def _exit_cleanly(signum: int, frame: Any) -> None:
     raise SystemExit(0)  # in the main thread: the `finally` below ends the engine first
 
 
-def serve(conn: Connection) -> None:
+def run(conn: Connection, host: Any, extensions: Extensions | None = None) -> None:
+    """Read and dispatch the window's messages until Exit or the pipe closes; then close ``host``."""
+    out = Outbox(conn)
+    host.set_status_sink(lambda event: out.send(protocol.Status(event)) if isinstance(event, StatusChanged) else None)
+    server = EngineServer(host, out, extensions)
+    try:
+        while not server.exiting:
+            if conn.poll(DEATH_POLL_S):
+                protocol.dispatch(server.handlers, conn.recv())
+            else:
+                server.check_engine()
+    except (EOFError, OSError):
+        log.warning("the window's end of the engine pipe closed; ending the engine")
+    finally:
+        server.cancel_streams()
+        host.close()
+        conn.close()
+
+
+def serve(conn: Connection, extensions: Extensions | None = None) -> None:
     """The child's main: run requests until the window says exit or its end of the pipe closes."""
-    from app.commands.cli import configure_logging
+    from app.core.logs import configure_logging
     from app.engine.host import EngineHost
 
     configure_logging(console=False)
     # Ctrl+C in a terminal reaches the whole process group: the window closes, and tells us to exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_cleanly)  # a plain SIGTERM would leave EngineCore running
-    out = _Outbox(conn)
-    host = EngineHost(on_status=lambda event: out.send(("status", event)))
-    streams: dict[str, concurrent.futures.Future[Any]] = {}
-    died_reported = False
-    starts = 0  # tells the window which engine died: a report about the one before a restart is stale
-
-    def reply_when_done(call: int, future: concurrent.futures.Future[Any]) -> None:
-        def done(result: concurrent.futures.Future[Any]) -> None:
-            error = result.exception()
-            if error is None:
-                out.send(("result", call, result.result()))
-            elif isinstance(error, EngineFailure):
-                out.send(("failure", call, error))
-            else:
-                out.send(("failure", call, EngineFailure(FailureKind.ENGINE_START_FAILED,
-                                                         f"The engine process failed: {error}", "Restart Nalar.")))
-        future.add_done_callback(done)
-
     try:
-        while True:
-            if not conn.poll(DEATH_POLL_S):
-                if not died_reported and host.engine_died():
-                    died_reported = True
-                    out.send(("engine_died", starts))
-                continue
-            message = conn.recv()
-            kind = message[0]
-            if kind == "exit":
-                break
-            if kind == "start":
-                _, call, config, block_size = message
-                died_reported, starts = False, starts + 1
-                reply_when_done(call, host.loop_thread.submit(host.start(config, kv_block_size=block_size)))
-            elif kind == "generate":
-                _, rid, messages, sampling, ignore_eos, resume = message
-                streams[rid] = host.loop_thread.submit(host.stream_to(
-                    _event_sender(out, rid), messages, sampling, rid, ignore_eos=ignore_eos, resume=resume))
-                streams[rid].add_done_callback(_forget(streams, rid))
-            elif kind == "cancel":
-                if (stream := streams.get(message[1])) is not None:
-                    stream.cancel()  # the engine loop's task is cancelled: vLLM aborts the request
-            elif kind == "abort":
-                reply_when_done(message[1], host.loop_thread.submit(host.abort(message[2])))
-            elif kind == "answer_now":
-                host.request_answer_now(message[1])
-            elif kind == "measure_raw":
-                from app.commands.bench import raw_run
-
-                _, call, tokens, index, messages = message
-                reply_when_done(call, host.loop_thread.submit(
-                    raw_run(host, tokens, index, messages, include_prefill=True)))
-            elif kind == "shutdown":
-                reply_when_done(message[1], host.loop_thread.submit(host.shutdown()))
-    except (EOFError, OSError):
-        log.warning("the window's end of the engine pipe closed; ending the engine")
+        run(conn, EngineHost(), extensions)
     finally:
-        host.close()
-        conn.close()
         logging.shutdown()
         # Skip the interpreter's teardown: vLLM is shut down, and tearing down its extension modules only
         # prints leak reports (nanobind's, for triton) and takes time.
