@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import socket
 import struct
 import subprocess
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path

@@ -310,7 +310,7 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
 # ---- trimming: a long conversation cut to the context, on the real tokenizer ----------------------
 
 def _conversation(turns: int, chars: int) -> list[dict[str, str]]:
-    words = ["the", "sky", "is", "blue", "because", "air", "scatters", "short", "wavelengths", "more", "than", "long", "ones"]
+    words = "the sky is blue because air scatters short wavelengths more than long ones".split()
     messages = [{"role": "system", "content": "Be brief."}]
     for index in range(turns):
         text = " ".join(words[(index + k) % len(words)] for k in range(chars // 5 + 1))[:chars]
@@ -340,12 +340,12 @@ def bench_trim(context: int = 4096, repeats: int = 5) -> dict[str, Any]:
 
     result: dict[str, Any] = {"benchmark": "trim", "context_tokens": context, "reserve_tokens": reserve,
                               "load_average_1min": round(os.getloadavg()[0], 1)}
-    fast = lambda m: fit_prompt(tokenizer, m, limit=context, reserve=reserve, opened_think=False)
+    fast = lambda m: fit_prompt(tokenizer, m, limit=context, reserve=reserve, opened_think=False)  # noqa: E731
     fast(_conversation(10, 100))  # warm-up: the template compiles once
     for turns, chars in ((1_000, 600), (1_000, 4_500), (30_000, 1)):
         ms, dropped = median_ms(fast, _conversation(turns, chars), repeats)
         result[f"{turns:,} messages x {chars:,} chars: ms"] = f"{ms} ({dropped:,} dropped)"
-    old = lambda m: fit_by_dropping_one_at_a_time(tokenizer, m, budget=context - reserve,
+    old = lambda m: fit_by_dropping_one_at_a_time(tokenizer, m, budget=context - reserve,  # noqa: E731
                                                   opened_think=False)
     for turns, chars in ((60, 2_000),):
         old_ms, _ = median_ms(old, _conversation(turns, chars), 1)
