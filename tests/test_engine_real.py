@@ -129,7 +129,8 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
         with pytest.raises(EngineFailure) as caught:
             host.loop_thread.submit(host.start(too_small)).result(300)
         assert caught.value.kind is FailureKind.OUT_OF_MEMORY
-        assert caught.value.fallback == {"max_model_len": 4096}
+        smaller = int(caught.value.fallback["max_model_len"])  # type: ignore[call-overload]
+        assert 256 <= smaller < 8192 and smaller % 256 == 0  # vLLM's own estimate of what fits
         assert vllm_processes(before) == []
 
         ready = host.loop_thread.submit(host.start(EngineConfig(model=model, max_model_len=1024))).result(300)

@@ -80,11 +80,14 @@ def test_no_memory_retry_engine_killed_restart_and_close_mid_reply(qtbot, make_w
     # 1. The KV pool can't hold one 8,192-token sequence: a typed error with a one-click fix.
     qtbot.waitUntil(window.banner.isVisible, timeout=300_000)
     assert "Not enough memory" in window.banner.text() and "Lower the context length" in window.banner.text()
-    assert window.banner.action.text() == "Retry with max_model_len = 4096"
+    action = re.fullmatch(r"Retry with max_model_len = (\d+)", window.banner.action.text())
+    assert action, window.banner.action.text()
+    smaller = int(action[1])  # vLLM's own estimate of what fits, in 256-token steps
+    assert 256 <= smaller < 8192
     window.banner.action.click()
     qtbot.waitUntil(window.send_button.isEnabled, timeout=300_000)
-    assert window.settings.engine.max_model_len == 4096
-    assert load_settings()[0].engine.max_model_len == 4096, "the accepted fix is saved"
+    assert window.settings.engine.max_model_len == smaller
+    assert load_settings()[0].engine.max_model_len == smaller, "the fix that worked is saved"
 
     # 2. EngineCore killed mid-reply: the UI says so, keeps the partial reply, and restarts.
     secret = "zebra-cobalt-7319"

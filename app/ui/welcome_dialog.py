@@ -51,6 +51,7 @@ from app.core.hub_download import (
 from app.core.model_catalog import Recommendation, best, recommendations, validate_model_folder
 from app.core.planner import GIB
 from app.engine.capability import HardwareProbe, recommended_kv_dtype
+from app.engine.gpu_start import held_by_others
 
 log = logging.getLogger(__name__)
 EMBEDDED = "embedded"
@@ -139,9 +140,10 @@ class WelcomeDialog(QDialog):
         if gpu is None:
             self._fill_cpu(embedded)
             return
-        self.hardware_label.setText(f"Detected: {gpu.name}, {gpu.vram_total_bytes / GIB:.1f} GiB of VRAM. "
+        self.hardware_label.setText(f"Detected: {gpu.name}, {gpu.vram_total_bytes / GIB:.1f} GiB of VRAM"
+                                    f"{held_by_others(gpu)}. "
                                     f"KV cache: {'FP8' if self.kv_cache_dtype.startswith('fp8') else 'bf16'}.")
-        gpu_recs = recommendations(gpu.vram_total_bytes)
+        gpu_recs = recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes)
         pick = best(gpu_recs)
         self._add_catalog_items(gpu_recs, pick, embedded)
         if pick is None:
