@@ -39,6 +39,16 @@ class ModelFamily:
     def sampling(self, thinking: bool) -> CardSampling | None:
         return self.sampling_thinking if thinking and self.thinking != "plain" else self.sampling_answer
 
+    def summary(self) -> str:
+        """One line for a model list: how it thinks and the sampling its card recommends for that."""
+        how = {"hybrid": "thinks when the Think switch is on", "always": "always thinks",
+               "plain": "no native thinking"}[self.thinking]
+        card = self.sampling(True)
+        if card is None:
+            return f"{self.name}: {how}"
+        top_k = f", top-k {card.top_k}" if card.top_k else ""
+        return f"{self.name}: {how} · card sampling: temperature {card.temperature}, top-p {card.top_p}{top_k}"
+
     def thinks(self, switch_on: bool) -> bool:
         """Whether a reply thinks natively, given the chat's Think switch."""
         return self.thinking == "always" or (self.thinking == "hybrid" and switch_on)
