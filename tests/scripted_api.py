@@ -12,11 +12,11 @@ from openai import OpenAI
 
 from app.core.keystore import new_token
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.api_connections import ConnectionGuard
-from app.engine.api_server import LocalApiServer
 from app.engine.base import Resume
 from app.engine.events import EngineEvent, Finished
 from app.engine.scripted import Script, ScriptedEngineDouble
+from app.server.api_connections import ConnectionGuard
+from app.server.api_server import LocalApiServer
 
 
 class WatchedEngine(ScriptedEngineDouble):

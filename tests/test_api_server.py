@@ -12,10 +12,10 @@ from openai import OpenAI
 
 from app.core.keystore import new_token
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig
-from app.engine.api_server import LocalApiServer
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, ThinkingDelta
 from app.engine.remote import RemoteEngine
+from app.server.api_server import LocalApiServer
 
 pytestmark = pytest.mark.real_engine
 
@@ -90,7 +90,7 @@ def test_nalar_as_the_remote_of_another_nalar(api_server: LocalApiServer) -> Non
 
 def test_a_client_that_leaves_mid_stream_ends_its_request_in_the_engine(api_server: LocalApiServer, qtbot,
                                                                        caplog, monkeypatch) -> None:
-    caplog.set_level(logging.INFO, logger="app.engine.api_server")
+    caplog.set_level(logging.INFO, logger="app.server.api_server")
     monkeypatch.setenv("NALAR_IGNORE_EOS", "1")  # the reply is still running when the client leaves
     engine = api_server.engine
     body = {"messages": [{"role": "user", "content": "Write a long story."}], "stream": True, "max_tokens": 400}
@@ -108,7 +108,7 @@ def test_a_client_that_leaves_mid_stream_ends_its_request_in_the_engine(api_serv
 def test_a_client_that_stops_waiting_for_a_plain_completion_ends_its_request(api_server: LocalApiServer, qtbot,
                                                                              caplog, monkeypatch) -> None:
     """It ran to its end after the client had gone (and the openai client retries twice by default)."""
-    caplog.set_level(logging.INFO, logger="app.engine.api_server")
+    caplog.set_level(logging.INFO, logger="app.server.api_server")
     monkeypatch.setenv("NALAR_IGNORE_EOS", "1")  # the reply is still running when the client leaves
     engine = api_server.engine
     body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400}

@@ -13,9 +13,9 @@ import httpx
 import openai
 import pytest
 
-from app.engine.api_protocol import MAX_MESSAGES, MAX_TOTAL_CHARS
 from app.engine.events import EngineEvent
 from app.engine.scripted import Script
+from app.server.api_protocol import MAX_MESSAGES, MAX_TOTAL_CHARS
 from tests.scripted_api import ScriptedApi, WatchedEngine, scripted_api, slow_script
 
 HI = [{"role": "user", "content": "hi"}]

@@ -14,7 +14,7 @@ import openai
 import psutil
 import pytest
 
-from app.engine.api_connections import ConnectionGuard
+from app.server.api_connections import ConnectionGuard
 from tests.scripted_api import ScriptedApi, read_until_closed, scripted_api
 
 BODY = {"messages": [{"role": "user", "content": "hi"}]}

@@ -10,8 +10,8 @@ import pytest
 
 from app.core.keystore import new_token
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.api_server import LocalApiServer
 from app.engine.scripted import Script, ScriptedEngineDouble
+from app.server.api_server import LocalApiServer
 
 INTRO = [f"word{i} " for i in range(300)]
 TOKEN = new_token()

@@ -17,7 +17,7 @@ from openai import OpenAI
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QDialogButtonBox
 
-from app.core import paths
+from app.core import history, paths
 from app.core.history import HistoryStore, history_path
 from app.core.keystore import API_SERVER_TOKEN, SERVICE, KeyStore, profile_entry
 from app.core.settings import (
@@ -265,7 +265,7 @@ def test_a_version_1_history_gains_the_backend_column(isolated_dirs: Path) -> No
     assert store.message_row(turn.message_id)["loop_guard"] == ""  # version 4 added the loop guard's record
     store.close()
     with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == history.SCHEMA_VERSION
     HistoryStore().close()  # opening a current file again changes nothing
     assert paths.data_dir() in path.parents
 

@@ -75,7 +75,7 @@ def test_make_setup_runs_from_a_windows_clone(clone: Path, tmp_path: Path) -> No
                             text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert calls.read_text().splitlines() == [
-        "-m pip install --quiet -e .[gpu]",
+        "-m pip install -e .[gpu]",  # not --quiet: GBs of downloads must show progress (issue 25, bug 6)
         "-c import vllm, transformers; print('nalar: vllm', vllm.__version__, "
         "'· transformers', transformers.__version__)",
         "-m app.core.embedded_model"]
@@ -104,3 +104,54 @@ def test_the_working_trees_attributes_keep_scripts_lf() -> None:
     assert report.splitlines() == [f"{path}: eol: lf" for path in paths]
     assert git("check-attr", "eol", "--", "packaging/windows/install.cmd", cwd=ROOT).strip().endswith("crlf")
     assert git("check-attr", "binary", "--", "resources/nalar.ico", cwd=ROOT).strip().endswith("set")
+
+
+def old_clone_then_pull(into: Path) -> Path:
+    """What a Windows user who cloned before .gitattributes existed has after `git pull`: Git for Windows
+    (core.autocrlf=true) checked everything out with CRLF, and the fast-forward rewrote only the files that
+    changed since, so the rest (the Makefile among them) keeps CRLF."""
+    added = git("log", "--diff-filter=A", "--format=%H", "--", ".gitattributes", cwd=ROOT).split()
+    if not added:
+        pytest.skip("this clone's history doesn't reach the commit that added .gitattributes (a shallow clone)")
+    head = git("rev-parse", "HEAD", cwd=ROOT).strip()
+    git("clone", "-q", "--no-checkout", "-c", "core.autocrlf=true", str(ROOT), str(into))
+    git("checkout", "-q", "-B", "main", f"{added[-1]}^", cwd=into)
+    assert not (into / ".gitattributes").exists() and b"\r\n" in (into / "Makefile").read_bytes()
+    git("merge", "-q", "--ff-only", head, cwd=into)  # the `git pull`
+    return into
+
+
+def test_an_old_windows_clone_updated_by_git_pull_sets_up_after_the_installers_copy(tmp_path: Path) -> None:
+    """Issue 25's bug 1, made for real: an old clone, fast-forwarded, still has CRLF in the files that didn't
+    change, and `make setup` fails. inside_wsl.sh's copy (what install.ps1 runs) must leave a tree that sets up;
+    a plain copy (the control) shows the failure is real."""
+    clone = old_clone_then_pull(tmp_path / "windows" / "nalar")
+    assert (clone / ".gitattributes").exists()
+    crlf = sorted(str(p.relative_to(clone)) for p in read_by_bash_or_make(clone) if b"\r" in p.read_bytes())
+    assert "Makefile" in crlf, crlf
+
+    # The control: copied as they are, a CRLF script can't even start ("/usr/bin/env: 'bash\\r'").
+    plain = tmp_path / "plain-copy"
+    subprocess.run(["rsync", "-a", "--exclude", ".git", f"{clone}/", f"{plain}/"], check=True)
+    script = next(name for name in crlf if name != "Makefile")
+    (plain / script).chmod(0o755)
+    failed = subprocess.run([str(plain / script)], capture_output=True, text=True, timeout=60)
+    assert failed.returncode != 0 and "\\r" in failed.stderr, failed.stderr
+
+    calls = tmp_path / "calls"
+    venv = stand_in_venv(tmp_path / "venv", calls)
+    env = {**os.environ, "NALAR_ENGINE": "gpu", "VENV": str(venv)}
+    home = tmp_path / "home"
+    home.mkdir()
+    copied = subprocess.run(["bash", str(ROOT / "packaging" / "windows" / "inside_wsl.sh"), "copy"],
+                            env={"HOME": str(home), "PATH": os.environ["PATH"], "NALAR_SOURCE": str(clone)},
+                            capture_output=True, text=True, timeout=120)
+    assert copied.returncode == 0, copied.stdout + copied.stderr
+    assert f"Converted {len(crlf)} scripts" in copied.stdout
+    installed = home / "nalar"
+    assert [p for p in read_by_bash_or_make(installed) if b"\r" in p.read_bytes()] == []
+    assert subprocess.run(["bash", "-n", str(installed / script)]).returncode == 0
+    result = subprocess.run(["make", "-C", str(installed), "setup", f"VENV={venv}"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert calls.read_text().splitlines()[0] == "-m pip install -e .[gpu]"

@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -96,9 +97,12 @@ def test_the_launchers_exec_line_starts_nalar_and_sigterm_leaves_nothing(xvfb_di
     install()
     fields = entry()
     # As a desktop would: the Exec line, in the Path folder, without this test's PYTHONPATH. Fresh XDG dirs and no
-    # settings file: a first run. With no GPU here, the embedded model starts without a dialog.
+    # settings file: a first run, so the welcome dialog opens (on a CPU-only machine too); closed with Escape
+    # ("Later"), the embedded model starts. The dialog's hub check goes to a port nothing listens on.
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "QT_QPA_PLATFORM")}
-    env.update(DISPLAY=xvfb_display)
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        env.update(DISPLAY=xvfb_display, HF_ENDPOINT=f"http://127.0.0.1:{unused.getsockname()[1]}")
     output = tmp_path / "app-output.log"
     app = subprocess.Popen(shlex.split(fields["Exec"]), cwd=fields["Path"], env=env, stdout=output.open("wb"),
                            stderr=subprocess.STDOUT)
@@ -111,6 +115,12 @@ def test_the_launchers_exec_line_starts_nalar_and_sigterm_leaves_nothing(xvfb_di
                                   text=True, timeout=30).stdout if shutil.which("xprop") else ""
         if wm_class:  # the launcher's StartupWMClass must match, or docks show a second, iconless entry
             assert f'"{fields["StartupWMClass"]}"' in wm_class.lower(), wm_class
+        welcome = subprocess.run(["xdotool", "search", "--sync", "--onlyvisible", "--name", "^Welcome to Nalar$"],
+                                 env=env, capture_output=True, text=True, timeout=120)
+        assert welcome.returncode == 0, output.read_text()[-3000:]
+        subprocess.run(["xdotool", "windowfocus", "--sync", welcome.stdout.split()[0]], env=env, check=True,
+                       timeout=30)
+        subprocess.run(["xdotool", "key", "Escape"], env=env, check=True, timeout=30)
         log_file = paths.log_dir() / "nalar.log"
         _wait_for(lambda: log_file.exists() and "engine ready:" in log_file.read_text(), 300, "the engine",
                   output)

@@ -11,13 +11,13 @@ import pytest
 
 from app.core.keystore import new_token
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig
-from app.engine.api_server import LocalApiServer
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import AnswerDelta, BackendChosen, EngineErrorEvent, EngineEvent, Finished
 from app.engine.failover import FailoverEngine
 from app.engine.remote import RemoteEngine
 from app.engine.scripted import Script, ScriptedEngineDouble
+from app.server.api_server import LocalApiServer
 from tests.vllm_server import closed_port
 
 QUICK = Script(["<think>fallback thinks</think>", "fallback answers"])

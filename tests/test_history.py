@@ -92,3 +92,72 @@ def test_exports() -> None:
     data = json.loads(export_json(conversation))
     assert data["title"] == "Sums" and data["messages"][0]["thinking"] == "add them"
     assert data["messages"][1]["finish_reason"] == "interrupted"
+
+
+def tool_turn(store: HistoryStore) -> tuple[Conversation, Turn]:
+    from app.core.conversation import ToolRound, ToolStep
+
+    conversation, turn = conversation_with_turn(store, "What is 2+40?")
+    conversation.tools = True
+    turn.tool_rounds.append(ToolRound("I should add them.", [
+        ToolStep("call-1", "add", '{"a": 2, "b": 40}', "demo", "42", "ok"),
+        ToolStep("call-2", "slow", "{}", "demo", "", "pending")]))
+    return conversation, turn
+
+
+def test_tool_calls_and_results_survive_a_crash_and_a_restart() -> None:
+    """Bug caught: calls kept only in memory (lost when Nalar dies mid-call), or the chat's Tools switch not
+    stored, so a reopened chat would offer no tools."""
+    store = HistoryStore()
+    conversation, turn = tool_turn(store)
+    store.save_conversation(conversation)
+    store.save_tool_rounds(turn)
+    store.close()  # no finish_turn: the process died while the second call waited for approval
+    [loaded] = HistoryStore().conversations()
+    assert loaded.tools is True
+    [tool_round] = loaded.turns[0].tool_rounds
+    assert tool_round.thinking == "I should add them."
+    assert [(c.name, c.arguments, c.result, c.status) for c in tool_round.calls] == [
+        ("add", '{"a": 2, "b": 40}', "42", "ok"), ("slow", "{}", "", "pending")]
+
+
+def test_the_model_reads_back_each_call_and_its_result() -> None:
+    """Bug caught: a follow-up request without the assistant's tool_calls or with a call left unanswered (chat
+    templates and OpenAI servers refuse a tool_call with no tool message)."""
+    store = HistoryStore()
+    conversation, turn = tool_turn(store)
+    messages = conversation.messages()
+    assert messages[0] == {"role": "user", "content": "What is 2+40?"}
+    assert messages[1]["role"] == "assistant"
+    assert [c["function"]["name"] for c in messages[1]["tool_calls"]] == ["add", "slow"]
+    assert messages[2] == {"role": "tool", "tool_call_id": "call-1", "content": "42"}
+    assert messages[3]["tool_call_id"] == "call-2" and "did not run" in messages[3]["content"]
+    turn.answer = "42"
+    conversation.turns.append(Turn(user="thanks"))
+    assert conversation.messages()[4:] == [{"role": "assistant", "content": "42"},
+                                           {"role": "user", "content": "thanks"}]
+
+
+def test_exports_keep_calls_and_results() -> None:
+    """Bug caught: Export dropping the tool calls, so an exported chat's answer cites a result that isn't there."""
+    store = HistoryStore()
+    conversation, turn = tool_turn(store)
+    markdown = export_markdown(conversation)
+    assert "**Tool call** `add` (ok)" in markdown and '{"a": 2, "b": 40}' in markdown and "42" in markdown
+    data = json.loads(export_json(conversation))
+    assert data["messages"][0]["tool_rounds"][0]["calls"][0]["result"] == "42"
+
+
+def test_a_schema_4_history_gains_the_tool_columns() -> None:
+    """Bug caught: a history file from before tools failing to open (it would be moved aside as corrupt)."""
+    store = HistoryStore()
+    conversation, turn = conversation_with_turn(store)
+    store.close()
+    db = sqlite3.connect(store.path)
+    db.executescript("ALTER TABLE messages DROP COLUMN tool_rounds; ALTER TABLE conversations DROP COLUMN tools; "
+                     "PRAGMA user_version = 4;")
+    db.close()
+    reopened = HistoryStore()
+    assert reopened.notice is None
+    [loaded] = reopened.conversations()
+    assert loaded.tools is False and loaded.turns[0].tool_rounds == []

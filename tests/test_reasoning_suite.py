@@ -29,7 +29,6 @@ from canitoolcall.fixtures import Fixture
 from app.core.keystore import new_token
 from app.core.model_families import model_family
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig, changed
-from app.engine.api_server import LocalApiServer
 from app.engine.events import AnswerDelta, EngineEvent, Finished, ThinkingDelta
 from app.engine.reasoning import (
     THINK_CLOSE,
@@ -42,6 +41,7 @@ from app.engine.reasoning import (
 )
 from app.engine.remote import RemoteEngine
 from app.engine.scripted import Script, ScriptedEngineDouble
+from app.server.api_server import LocalApiServer
 from tests.reasoning_suite import (
     CALL_IN_THINK_GAP,
     TOOL_CALL_GAP,

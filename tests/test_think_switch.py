@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 import httpx
 
@@ -13,10 +14,10 @@ from app.core.history import HistoryStore
 from app.core.keystore import new_token
 from app.core.model_families import model_family
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.api_server import LocalApiServer
 from app.engine.base import Message, Resume
 from app.engine.events import EngineEvent
 from app.engine.scripted import Script, ScriptedEngineDouble
+from app.server.api_server import LocalApiServer
 
 
 class RecordingDouble(ScriptedEngineDouble):
@@ -27,9 +28,10 @@ class RecordingDouble(ScriptedEngineDouble):
         self.samplings: list[SamplingConfig] = []
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None,
-                 *, ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                 *, ignore_eos: bool = False, resume: Resume | None = None,
+                 **tools: Any) -> AsyncGenerator[EngineEvent, None]:
         self.samplings.append(sampling)
-        return super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
+        return super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume, **tools)
 
 
 def test_the_switch_is_per_chat_stored_and_sent(qtbot, make_window) -> None:
@@ -69,9 +71,10 @@ def test_an_old_history_file_gains_the_switch_on() -> None:
     store = HistoryStore()
     store.save_conversation(Conversation(title="before"))
     store.close()
-    db = sqlite3.connect(store.path)  # back to schema 2: no thinking column (nor the loop guard's, schema 4)
+    db = sqlite3.connect(store.path)  # back to schema 2: no thinking column (nor the loop guard's, schema 4,
     db.executescript("ALTER TABLE conversations DROP COLUMN thinking; ALTER TABLE messages DROP COLUMN loop_guard; "
-                     "PRAGMA user_version = 2;")
+                     "ALTER TABLE messages DROP COLUMN tool_rounds; ALTER TABLE conversations DROP COLUMN tools; "
+                     "PRAGMA user_version = 2;")  # nor the tool calls', schemas 5 and 6)
     db.close()
     assert [c.thinking for c in HistoryStore().conversations()] == [True]
 

@@ -11,10 +11,13 @@ import socket
 import pytest
 from PySide6.QtCore import Qt
 
+from app.core.cpu_catalog import CPU_CATALOG, best_cpu, cpu_recommendations, host_bandwidth, ram_total_bytes
 from app.core.hub_download import PARTIAL_DIR, download_dir, is_complete
 from app.core.model_catalog import CATALOG, best, recommendations
+from app.core.planner import GIB
 from app.core.settings import EngineConfig, Settings, load_settings, settings_path
 from app.engine.capability import GpuInfo, HardwareProbe
+from app.ui import welcome_dialog
 from app.ui.app_main import offer_welcome
 from app.ui.welcome_dialog import EMBEDDED, WelcomeDialog
 from tests.conftest import require_embedded_model
@@ -27,6 +30,15 @@ SMALLEST = CATALOG[0].repo_id  # served from the embedded model's files: same la
 
 def gpu_probe(name: str, vram_mib: int, capability: tuple[int, int] = (8, 9)) -> HardwareProbe:
     return HardwareProbe("cuda", "0.33.0", frozenset(), (GpuInfo(0, name, capability, vram_mib * MIB, vram_mib * MIB),))
+
+
+@pytest.fixture(autouse=True)
+def no_internet_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dialog checks the hub on open; without the local hub, point it at a port nothing listens on, never
+    at huggingface.co."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{unused.getsockname()[1]}")
 
 
 @pytest.fixture
@@ -43,14 +55,62 @@ def open_dialog(qtbot, probe: HardwareProbe, check_hub: bool = True) -> WelcomeD
     return dialog
 
 
-def test_without_a_gpu_it_offers_the_embedded_model_and_says_why(qtbot) -> None:
+def test_cpu_only_it_offers_small_reasoning_models_sized_by_this_machines_ram(qtbot) -> None:
+    """The issue's bug: a CPU-only PC got SmolLM2-135M without a choice. Caught here: fewer than two real
+    reasoning models offered; figures that are not the planner's for this machine's RAM and measured
+    bandwidth; a model that doesn't fit left selectable; no recommendation; the embedded model missing."""
+    dialog = open_dialog(qtbot, CPU_ONLY, check_hub=False)
+    ram, bandwidth = ram_total_bytes(), host_bandwidth()
+    assert "No NVIDIA GPU" in dialog.hardware_label.text() and "CPU engine" in dialog.hardware_label.text()
+    assert f"{ram / GIB:.1f} GiB of RAM" in dialog.hardware_label.text()
+    assert bandwidth.describe() in dialog.hardware_label.text()
+    recs = cpu_recommendations(ram, dialog.kv_cache_dtype, bandwidth)
+    for rec in recs:
+        item = dialog.item_for(rec.model.repo_id)
+        assert rec.summary() in item.text() and "tok/s" in item.text() and "GiB RAM" in item.text()
+        assert bool(item.flags() & Qt.ItemFlag.ItemIsEnabled) == rec.fits
+    if ram < 8 * GIB:
+        pytest.skip(f"this machine has {ram / GIB:.1f} GiB of RAM; two CPU models need 8")
+    enabled = [r for r in recs if r.fits]
+    assert len(enabled) >= 2 and all(r.family.thinking in ("hybrid", "always") for r in enabled)
+    current = dialog.model_list.currentItem()
+    assert current.data(Qt.ItemDataRole.UserRole) == best_cpu(recs).model.repo_id
+    assert "Recommended" in current.text() and dialog.use_button.text() == "Download and use"
+    assert "slow" in dialog.reason_label.text() and "upper bounds" in dialog.reason_label.text()
+    assert dialog.item_for(EMBEDDED) is not None
+
+
+def test_cpu_only_with_8_gib_greys_out_what_does_not_fit_and_the_embedded_model_still_works(qtbot, monkeypatch) \
+        -> None:
+    """Bugs caught: Qwen3-1.7B offered on an 8 GiB PC (or inside WSL's default half of 16 GiB), where it can't
+    load beside the runtime; with 4 GiB, no fallback to the embedded model."""
+    monkeypatch.setattr(welcome_dialog, "ram_total_bytes", lambda: 8 * GIB)
+    dialog = open_dialog(qtbot, CPU_ONLY, check_hub=False)
+    assert not dialog.item_for("Qwen/Qwen3-1.7B").flags() & Qt.ItemFlag.ItemIsEnabled
+    assert "too big" in dialog.item_for("Qwen/Qwen3-1.7B").text()
+    assert dialog.item_for("Qwen/Qwen3-0.6B").flags() & Qt.ItemFlag.ItemIsEnabled
+    dialog.close()
+
+    monkeypatch.setattr(welcome_dialog, "ram_total_bytes", lambda: 4 * GIB)
+    tiny = open_dialog(qtbot, CPU_ONLY, check_hub=False)
+    assert "None of the small reasoning models fits in 4.0 GiB" in tiny.reason_label.text()
+    assert tiny.model_list.currentItem().data(Qt.ItemDataRole.UserRole) == EMBEDDED
+    with qtbot.waitSignal(tiny.accepted):
+        tiny.use_button.click()
+    assert tiny.engine_update == {"model": ""}
+
+
+def test_cpu_only_offline_falls_back_to_the_embedded_model_and_says_why(qtbot, monkeypatch) -> None:
+    """Bug caught: offline, a CPU-only first run leaves a download selected that can only fail."""
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{probe_socket.getsockname()[1]}")
     dialog = open_dialog(qtbot, CPU_ONLY)
-    assert dialog.model_list.count() == 1 and dialog.model_list.currentItem().data(Qt.ItemDataRole.UserRole) \
-        == EMBEDDED
-    assert "No NVIDIA GPU" in dialog.hardware_label.text() and "CPU engine" in dialog.reason_label.text()
-    with qtbot.waitSignal(dialog.accepted):
-        dialog.use_button.click()
-    assert dialog.engine_update == {"model": ""}
+    qtbot.waitUntil(lambda: "Offline" in dialog.reason_label.text(), timeout=30_000)
+    assert "can't be reached" in dialog.reason_label.text() and "embedded model" in dialog.reason_label.text()
+    assert dialog.model_list.currentItem().data(Qt.ItemDataRole.UserRole) == EMBEDDED
+    for model in CPU_CATALOG:
+        assert not dialog.item_for(model.repo_id).flags() & Qt.ItemFlag.ItemIsEnabled
 
 
 def test_with_a_24_gib_gpu_it_recommends_from_the_planners_figures(qtbot, hub: LocalHub) -> None:
@@ -124,7 +184,7 @@ def test_nothing_fits_a_small_gpu_and_a_failed_download_is_named(qtbot, hub: Loc
 
 
 def test_a_local_folder_is_validated_with_a_clear_message(qtbot, tmp_path) -> None:
-    dialog = open_dialog(qtbot, CPU_ONLY)
+    dialog = open_dialog(qtbot, CPU_ONLY, check_hub=False)
     assert not dialog.choose_local_folder(tmp_path)
     assert "no config.json" in dialog.error_label.text() and dialog.isVisible()
     with qtbot.waitSignal(dialog.accepted):
@@ -135,7 +195,7 @@ def test_a_local_folder_is_validated_with_a_clear_message(qtbot, tmp_path) -> No
 def test_when_the_dialog_is_offered(monkeypatch) -> None:
     gpu = gpu_probe("NVIDIA GeForce RTX 4090", 24564)
     assert offer_welcome(Settings(), gpu)
-    assert not offer_welcome(Settings(), CPU_ONLY), "no GPU: the embedded model starts without asking"
+    assert offer_welcome(Settings(), CPU_ONLY), "no GPU: the CPU models are offered (it was skipped)"
     assert not offer_welcome(Settings(engine=EngineConfig(model="/models/x")), gpu)
     monkeypatch.setenv("NALAR_NO_WELCOME", "1")
     assert not offer_welcome(Settings(), gpu)

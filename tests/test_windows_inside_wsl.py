@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import socket
 import struct
@@ -44,6 +45,7 @@ class Distro:
         self.stub("id", 'echo 1000')
         self.stub("python3", 'echo 3.10')
         self.stub("dpkg-query", "exit 1")  # no package matches
+        self.set_free_gb(500)
         self.set_gpus(RTX_3060)
         self.env = {"HOME": str(self.home), "PATH": f"{self.bin}:/usr/bin:/bin", "DISPLAY": ":0",
                     "LANG": "C.UTF-8", "NALAR_OS_RELEASE": str(self.os_release), "NALAR_WSL_LIB": str(self.wsl_lib),
@@ -57,6 +59,11 @@ class Distro:
 
     def set_os(self, os_id: str, version: str) -> None:
         self.os_release.write_text(f'NAME="{os_id.title()}"\nID={os_id}\nVERSION_ID="{version}"\n')
+
+    def set_free_gb(self, gb: int) -> None:
+        """df -Pk as coreutils prints it, for the home folder's file system."""
+        self.stub("df", f'[ "$1" = -Pk ] || exit 9\necho "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
+                        f'echo "/dev/sdc 1055762868 9000000 {gb * 1000 * 1000} 2% /"')
 
     def set_gpus(self, *rows: str, code: int = 0) -> None:
         listing = "\\n".join(rows)
@@ -84,11 +91,16 @@ def problem(result: subprocess.CompletedProcess[str]) -> str:
 
 # ---- check ----------------------------------------------------------------------------------------------
 
+def said(result: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    assert result.returncode == 0, result.stdout + result.stderr
+    return dict(line.split("=", 1) for line in result.stdout.splitlines() if re.match(r"nalar-[\w-]+=", line))
+
+
 def test_check_passes_a_supported_setup_and_names_the_users_home(distro: Distro) -> None:
     result = distro.run("check")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"nalar-home={distro.home}" in result.stdout.splitlines()
+    assert said(result) == {"nalar-engine": "gpu", "nalar-need-gb": "20", "nalar-home": str(distro.home)}
     assert "GPU: NVIDIA GeForce RTX 3060 (compute capability 8.6)" in result.stdout
+    assert "nalar-warning" not in result.stdout
 
 
 def test_check_stops_while_the_distro_has_no_user_yet(distro: Distro) -> None:
@@ -126,18 +138,45 @@ def test_check_needs_wslgs_x_socket_not_only_its_folder(distro: Distro) -> None:
     assert "DISPLAY=''" in problem(distro.run("check", DISPLAY=""))
 
 
-@pytest.mark.parametrize(("rows", "expected"), [
-    (["NVIDIA GeForce GTX 1080 Ti, 6.1"], "no NVIDIA GPU here has compute capability 7.0"),
-    (["Quadro P4000, 6.1", "NVIDIA GeForce RTX 2060, 7.5"], None),
-    (["NVIDIA GeForce RTX 4090, 8.9"], None),
+@pytest.mark.parametrize(("rows", "engine"), [
+    (["NVIDIA GeForce GTX 1080 Ti, 6.1"], "cpu"),
+    (["Quadro P4000, 6.1", "NVIDIA GeForce RTX 2060, 7.5"], "gpu"),
+    (["NVIDIA GeForce RTX 4090, 8.9"], "gpu"),
 ])
-def test_check_needs_compute_capability_7(distro: Distro, rows: list[str], expected: str | None) -> None:
+def test_check_takes_the_gpu_engine_from_compute_capability_7_and_the_cpu_engine_below(
+        distro: Distro, rows: list[str], engine: str) -> None:
+    """Issue 25's bug 3: a GTX 10xx owner was told to use a CPU build the installer could not produce."""
     distro.set_gpus(*rows)
     result = distro.run("check")
-    if expected is None:
-        assert result.returncode == 0, result.stdout
-    else:
-        assert expected in problem(result)
+    assert said(result)["nalar-engine"] == engine
+    if engine == "cpu":
+        assert "compute capability 7.0 or newer" in result.stdout and "It will be slow" in result.stdout
+        assert said(result)["nalar-need-gb"] == "10"
+
+
+def test_check_without_an_nvidia_card_takes_the_cpu_route_not_the_nvidia_driver(distro: Distro) -> None:
+    """Issue 25's bug 3: AMD and Intel owners were told to install the NVIDIA driver and turned away. Without
+    the Windows driver's nvidia-smi (or with one that sees no GPU) the install goes on with the CPU engine,
+    saying it will be slow."""
+    (distro.wsl_lib / "nvidia-smi").unlink()
+    result = distro.run("check")
+    assert said(result)["nalar-engine"] == "cpu"
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("nalar-warning: ")]
+    assert any("No NVIDIA GPU reaches WSL" in line for line in warnings)
+    assert any("CPU engine. It will be slow" in line and "Qwen3-0.6B" in line for line in warnings)
+    assert "nalar-problem" not in result.stdout
+    distro.set_gpus("No devices were found", code=6)
+    result = distro.run("check")
+    assert said(result)["nalar-engine"] == "cpu" and "sees no GPU it can describe: No devices" not in result.stdout
+    assert "sees no GPU it can describe (No devices were found)" in result.stdout
+
+
+def test_check_refuses_too_little_free_space_before_gb_of_downloads(distro: Distro) -> None:
+    """Issue 25's bug 6: nothing checked free space; a full disk failed the set-up half-way through pip."""
+    distro.set_free_gb(12)
+    assert "only 12 GB are free in Ubuntu" in problem(distro.run("check")), "12 GB < 20 for the GPU engine"
+    (distro.wsl_lib / "nvidia-smi").unlink()
+    assert said(distro.run("check"))["nalar-need-gb"] == "10", "the CPU engine's 10 GB fit in 12"
 
 
 def test_check_refuses_a_linux_nvidia_driver_inside_wsl_even_though_nvidia_smi_works(distro: Distro) -> None:
@@ -145,17 +184,23 @@ def test_check_refuses_a_linux_nvidia_driver_inside_wsl_even_though_nvidia_smi_w
                               'config-files"')
     text = problem(distro.run("check"))
     assert "Linux NVIDIA driver is installed inside WSL (nvidia-utils-535 )" in text and "apt-get purge" in text
+    run_the_suggested_purge(distro, text)
     distro.stub("dpkg-query", "exit 1")
     distro.set_gpus(RTX_3060)
     shutil.copy(distro.wsl_lib / "nvidia-smi", distro.bin / "nvidia-smi")  # a /usr/bin/nvidia-smi, not WSL's
     assert f"({distro.bin}/nvidia-smi)" in problem(distro.run("check"))
 
 
-def test_check_says_when_the_windows_driver_does_not_reach_wsl(distro: Distro) -> None:
-    (distro.wsl_lib / "nvidia-smi").unlink()
-    assert "does not reach WSL" in problem(distro.run("check"))
-    distro.set_gpus("No devices were found", code=6)
-    assert "sees no GPU it can describe: No devices were found" in problem(distro.run("check"))
+def run_the_suggested_purge(distro: Distro, text: str) -> None:
+    """Issue 25's bug 4: the fix quoted all three patterns as one argument, which apt can't find ("Unable to
+    locate package"). The command is run as a user pastes it, through bash, with sudo and apt-get recording
+    their arguments one per line."""
+    command = re.search(r"Remove it in Ubuntu: (sudo apt-get purge .+?), then in Windows", text).group(1)
+    calls = distro.root / "apt-args"
+    distro.stub("sudo", '"$@"')
+    distro.stub("apt-get", f'printf "%s\\n" "$@" > {calls}')
+    subprocess.run(["bash", "-c", command], env=distro.env, check=True, cwd=distro.home)
+    assert calls.read_text().splitlines() == ["purge", "nvidia-driver-*", "nvidia-utils-*", "libnvidia-compute-*"]
 
 
 # ---- apt: waits for dpkg's lock ----------------------------------------------------------------------------
@@ -263,6 +308,8 @@ def png_size(path: Path) -> tuple[int, int]:
 
 def test_desktop_entry_goes_where_wslg_looks_with_a_png_icon_and_is_removed_checked(distro: Distro,
                                                                                   tmp_path: Path) -> None:
+    """Besides the icon: NoDisplay=true, or WSLg adds its own "Nalar (Ubuntu)" to Windows' Start menu beside
+    install.ps1's shortcut (issue 25's bug 7: users saw two)."""
     repo = tmp_path / "repo"
     (repo / "resources").mkdir(parents=True)
     shutil.copy(ROOT / "resources" / "nalar.svg", repo / "resources")
@@ -275,6 +322,7 @@ def test_desktop_entry_goes_where_wslg_looks_with_a_png_icon_and_is_removed_chec
     lines = entry.read_text().splitlines()
     assert f'Exec=bash "{repo}/packaging/windows/inside_wsl.sh" launch' in lines and f"Icon={icon}" in lines
     assert "StartupWMClass=nalar" in lines and f"Path={repo}" in lines
+    assert "NoDisplay=true" in lines, "hidden from WSLg's Start-menu list; the window keeps its icon"
     if shutil.which("desktop-file-validate"):
         check = subprocess.run(["desktop-file-validate", str(entry)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout
@@ -305,3 +353,48 @@ def test_uninstall_steps_remove_and_report_and_list_the_caches(distro: Distro) -
     assert distro.run("remove-user-data").stdout == f"removed {distro.home}/.config/nalar\n"
     assert distro.run("remove-caches").returncode == 0
     assert os.listdir(distro.home / ".cache") == [] and distro.run("caches").stdout == ""
+
+
+# ---- setup: the engine the check chose ------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ["gpu", "cpu"])
+def test_setup_installs_the_engine_the_check_chose(distro: Distro, tmp_path: Path, engine: str) -> None:
+    """Issue 25's bug 3: setup hardcoded NALAR_ENGINE=gpu, so a PC without a suitable NVIDIA card could not get
+    the CPU engine. install.ps1 passes check's nalar-engine to setup; make sees it in NALAR_ENGINE."""
+    calls = tmp_path / "make-calls"
+    distro.stub("make", f'echo "NALAR_ENGINE=$NALAR_ENGINE $* in $PWD" >> {calls}')
+    venv_bin = distro.home / "nalar" / ".venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    distro.stub("python", "exit 0", venv_bin)  # nalar doctor
+    result = distro.run("setup", engine)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert calls.read_text() == f"NALAR_ENGINE={engine} setup in {distro.home}/nalar\n"
+    assert "setup needs the engine" in problem(distro.run("setup"))
+
+
+# ---- copy: a Windows checkout's CRLF ---------------------------------------------------------------------
+
+@pytest.mark.skipif(not shutil.which("rsync"), reason="rsync is not installed (install.ps1 installs it in Ubuntu)")
+def test_copy_gives_what_bash_and_make_read_lf_and_leaves_the_rest(distro: Distro, tmp_path: Path) -> None:
+    """Issue 25's bug 1 in small: CRLF scripts copied as they are make `make setup` fail with
+    "/usr/bin/env: 'bash\\r'". Scripts, shebang files and the Makefile get LF; a batch file (cmd.exe needs CRLF)
+    and data that holds CR on purpose are left alone. The real old-clone-then-pull case is in
+    test_crlf_checkout.py."""
+    source = make_checkout(tmp_path / "Nalar")
+    (source / "Makefile").write_bytes(b"setup:\r\n\tpackaging/setup_venv.sh\r\n")
+    (source / "packaging").mkdir()
+    (source / "packaging" / "setup_venv.sh").write_bytes(b"#!/usr/bin/env bash\r\necho ok\r\n")
+    (source / "run-me").write_bytes(b"#!/bin/sh\r\necho ok\r\n")
+    (source / "install.cmd").write_bytes(b"@echo off\r\n")
+    (source / "data.txt").write_bytes(b"a\r\nb\r\n")
+    result = distro.run("copy", NALAR_SOURCE=str(source))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Converted 3 scripts from Windows line ends (CRLF) to LF" in result.stdout
+    installed = distro.home / "nalar"
+    assert (installed / "Makefile").read_bytes() == b"setup:\n\tpackaging/setup_venv.sh\n"
+    assert (installed / "packaging" / "setup_venv.sh").read_bytes() == b"#!/usr/bin/env bash\necho ok\n"
+    assert (installed / "run-me").read_bytes() == b"#!/bin/sh\necho ok\n"
+    assert (installed / "install.cmd").read_bytes() == b"@echo off\r\n"
+    assert (installed / "data.txt").read_bytes() == b"a\r\nb\r\n"
+    again = distro.run("copy", NALAR_SOURCE=str(source))
+    assert again.returncode == 0 and "Converted 3 scripts" in again.stdout, "rsync brings CRLF back: converted again"

@@ -61,12 +61,27 @@ def test_the_scripts_parse_as_powershell_and_are_ascii(script: Path) -> None:
 def test_install_checks_everything_before_installing_and_ends_with_a_window() -> None:
     text = code(INSTALL)
     order = [text.index(marker) for marker in (
-        '@("--status")', '@("-l", "-v")', '"-e", "true")', 'Invoke-Inside "check"', 'Invoke-Inside "apt"',
-        'Invoke-Inside "copy"', 'Invoke-Inside "setup"', 'Invoke-Inside "desktop-entry"', "CreateShortcut",
-        'Invoke-Inside "window-check"')]
-    assert order == sorted(order), "every check comes before anything is installed; the window check is last"
+        '@("--status")', "Get-WslDistroRows", '"-e", "true")', 'Invoke-Inside "check"',
+        "Get-DistroDriveFreeBytes $Distro", 'Invoke-Inside "apt"', 'Invoke-Inside "copy"', 'Invoke-Inside "setup"',
+        'Invoke-Inside "desktop-entry"', "CreateShortcut", 'Invoke-Inside "window-check"')]
+    assert order == sorted(order), "every check (disk space too) comes before anything is installed; the window " \
+                                   "check is last"
     assert "wsl --set-version $Distro 2" in text, "a WSL 1 distro is named with its fix"
-    assert text.count("Stop-WithWslDiagnosis") == 3, "wsl --status, -l -v and the start read wsl.exe's messages"
+    assert text.count("Stop-WithWslDiagnosis") == 2, "wsl --status and the start read wsl.exe's messages"
+    assert 'if ($listing.Code -ne 0) { Stop-WithWslDiagnosis "wsl -l -v" $listing }' in COMMON.read_text()
+
+
+def test_install_passes_the_engine_the_check_chose_and_the_disk_it_needs() -> None:
+    """Issue 25's bugs 3 and 6: setup was always the GPU engine, and free space on the Windows drive that holds
+    the distro's growing virtual disk was never checked (df inside WSL shows the disk's 1 TB maximum)."""
+    text = code(INSTALL)
+    assert '$Engine = (Get-Said "engine") | Select-Object -First 1' in text
+    assert '$NeedGb = [int]((Get-Said "need-gb") | Select-Object -First 1)' in text
+    assert 'Invoke-Inside "setup" @($Engine)' in text and 'Invoke-Inside "setup"\n' not in text
+    assert "if ($freeGb -lt $NeedGb) {" in text
+    said = set(re.findall(r'echo "nalar-([\w-]+)=', INSIDE.read_text()))
+    assert {"engine", "need-gb", "home"} <= said, "what install.ps1 reads, check says"
+    assert '"HKCU:\\Software\\Microsoft\\Windows\\CurrentVersion\\Lxss"' in COMMON.read_text()
     assert text.index(". (Join-Path $PSScriptRoot \"wsl_common.ps1\")") < text.index("wsl.exe")
 
 
@@ -141,6 +156,21 @@ def test_the_cmd_files_bypass_the_execution_policy_and_keep_the_window(name: str
     assert "chcp 65001" in text and text.isascii()
 
 
+def test_uninstall_reads_the_distro_from_the_shortcut_and_removes_the_shortcuts_last() -> None:
+    """Issue 25's bug 2: uninstall looked only for a distro called "Ubuntu" and deleted the shortcuts (the only
+    record of the distro used) before it failed, leaving the desktop entry, ~/nalar and the Start-menu item."""
+    text = code(UNINSTALL)
+    assert '[string]$Distro = ""' in text and '[string]$Distro = "Ubuntu"' not in text
+    record = text.index('.Arguments -match "^-d (\\S+) "')
+    choice = text.index("Select-UbuntuDistro (Get-WslDistroRows) ${function:Get-UbuntuRelease}")
+    inside = [text.index(f'Invoke-Inside "{step}"') for step in ("remove-desktop-entry", "remove-files", "caches")]
+    removal = text.index("Remove-Item -Recurse -Force -LiteralPath $path")
+    assert record < choice < min(inside) and max(inside) < removal
+    # The record's shape is the one install.ps1 writes.
+    assert re.match(r"^-d (\S+) ", "-d Ubuntu-24.04 --cd ~ -- exec bash ~/nalar/packaging/windows/inside_wsl.sh launch")
+    assert '$link.Arguments = "-d $Distro --cd ~ -- $LaunchCommand"' in code(INSTALL)
+
+
 def test_uninstall_removes_what_install_created_and_checks_it() -> None:
     install, uninstall = code(INSTALL), code(UNINSTALL)
     assert '"Nalar.lnk"' in install and '"Nalar.lnk"' in uninstall
@@ -156,6 +186,6 @@ def test_the_readme_walks_through_windows_with_the_new_installer() -> None:
     section = readme.split("## Windows", 1)[1].split("\n## ", 1)[0]
     for step in ("wsl --install -d Ubuntu", "create your user", "virtualisation", "nvidia-smi",
                  "packaging\\windows\\install.cmd", "WSLg", "Start menu", "wslg-launch.log", "uninstall.cmd",
-                 "compute capability 7.0"):
+                 "compute capability 7.0", "CPU engine", "AMD", "NALAR_ENGINE=cpu", "slow"):
         assert step in section, step
     assert readme.count("## Windows") == 1

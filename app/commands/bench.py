@@ -371,6 +371,25 @@ def bench_startup(repeats: int = 3) -> dict[str, Any]:
             "from_first_app_line_s": round(statistics.median(inner), 3)}
 
 
+def bench_memory(runs: int = 5) -> dict[str, Any]:
+    """Host memory bandwidth (the same copy the FP8 bench's floor uses), ``runs`` times, and the ceiling it
+    puts on the CPU catalog's decode speed: bandwidth ÷ bytes read per token at 4k of context."""
+    from app.core.cpu_catalog import CPU_CATALOG, EXPECTATION_CONTEXT
+    from app.core.fp8_bench import measure_host_bandwidth_gbps
+    from app.core.planner import bytes_read_per_token
+
+    gbps = sorted(measure_host_bandwidth_gbps() for _ in range(runs))
+    median = statistics.median(gbps)
+    ceilings = {}
+    for model in CPU_CATALOG:
+        for kv in ("fp8_e4m3", "auto"):
+            per_token = bytes_read_per_token(model.config(), context_tokens=EXPECTATION_CONTEXT, kv_dtype=kv)
+            ceilings[f"{model.label} ({kv}) tok/s ceiling"] = round(median * 1e9 / per_token, 1)
+    return {"benchmark": "memory", "copy": "numpy, one thread, 256 MiB, best of 5, read + write counted",
+            "runs_gbps": [round(g, 1) for g in gbps], "median_gbps": round(median, 1),
+            "load_average": round(os.getloadavg()[0], 1), **ceilings}
+
+
 def run_ui_benches(tokens: int, *, real: bool = True, seconds: float = 10.0) -> list[dict[str, Any]]:
     """The UI benches on one Qt app and loop, closed (loop first) when they end."""
     try:
@@ -392,6 +411,8 @@ def run_bench(what: str, *, tokens: int, as_json: bool) -> int:
         results.append(bench_engine(tokens))
     if what in ("trim", "all"):
         results.append(bench_trim())
+    if what in ("memory", "all"):
+        results.append(bench_memory())
     report = {"machine": machine_description(), "when": time.strftime("%Y-%m-%d %H:%M"), "results": results}
     out = save_json(sibling(report_stem("bench", f"bench-{what}"), ".json"), report)
     if as_json:

@@ -44,9 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "depth, KV capacity, bandwidth floor), saved as JSON and PNG in the data dir. "
                     "saturation: how many chats of what length fit; engine|ui|startup|trim|all: the developer "
                     "benchmarks.")
-    bench.add_argument("what", nargs="?", choices=["saturation", "engine", "ui", "startup", "trim", "all"],
+    bench.add_argument("what", nargs="?", choices=["saturation", "engine", "ui", "startup", "trim", "memory", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
-                            "latency knee, per KV dtype); engine|ui|startup|trim|all: developer benchmarks")
+                            "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
+                            "tok/s ceiling; engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
     bench.add_argument("--json", action="store_true", help="print results as JSON")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core import paths
-from app.core.conversation import Conversation, Turn
+from app.core.conversation import Conversation, ToolRound, Turn
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ CREATE TABLE IF NOT EXISTS conversations (
     id TEXT PRIMARY KEY,
     title TEXT NOT NULL,
     thinking INTEGER NOT NULL DEFAULT 1,
+    tools INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
@@ -44,17 +45,20 @@ CREATE TABLE IF NOT EXISTS messages (
     finish_reason TEXT,
     backend TEXT NOT NULL DEFAULT '',
     loop_guard TEXT NOT NULL DEFAULT '',
+    tool_rounds TEXT NOT NULL DEFAULT '[]',
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     UNIQUE (conversation_id, position)
 );
 """
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 # Each step brings a database of version N (the key) to N + 1.
 MIGRATIONS = {
     1: "ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''",
     2: "ALTER TABLE conversations ADD COLUMN thinking INTEGER NOT NULL DEFAULT 1",
     3: "ALTER TABLE messages ADD COLUMN loop_guard TEXT NOT NULL DEFAULT ''",
+    4: "ALTER TABLE messages ADD COLUMN tool_rounds TEXT NOT NULL DEFAULT '[]'",  # JSON: ToolRound.to_json
+    5: "ALTER TABLE conversations ADD COLUMN tools INTEGER NOT NULL DEFAULT 0",
 }
 
 
@@ -126,10 +130,10 @@ class HistoryStore:
         now = time.time()
         with self._db:
             self._db.execute(
-                "INSERT INTO conversations (id, title, thinking, created_at, updated_at) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET title = excluded.title, thinking = excluded.thinking, "
-                "updated_at = excluded.updated_at",
-                (conversation.id, conversation.title, int(conversation.thinking), now, now))
+                "INSERT INTO conversations (id, title, thinking, tools, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title, "
+                "thinking = excluded.thinking, tools = excluded.tools, updated_at = excluded.updated_at",
+                (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools), now, now))
 
     def delete_conversation(self, conversation_id: str) -> None:
         with self._db:
@@ -138,8 +142,9 @@ class HistoryStore:
     def conversations(self) -> list[Conversation]:
         """All conversations, oldest first, with their turns."""
         found = []
-        for row in self._db.execute("SELECT id, title, thinking FROM conversations ORDER BY created_at, rowid"):
-            conversation = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]))
+        for row in self._db.execute("SELECT id, title, thinking, tools FROM conversations ORDER BY created_at, rowid"):
+            conversation = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]),
+                                        tools=bool(row["tools"]))
             for message in self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY position",
                                             (row["id"],)):
                 conversation.turns.append(Turn(
@@ -147,7 +152,8 @@ class HistoryStore:
                     finish_reason=message["finish_reason"], thinking_tokens=message["thinking_tokens"],
                     answer_tokens=message["answer_tokens"], ttft_s=message["ttft_s"], answer_tok_s=message["tok_s"],
                     message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"],
-                    backend=message["backend"], loop_guard=message["loop_guard"]))
+                    backend=message["backend"], loop_guard=message["loop_guard"],
+                    tool_rounds=_rounds_from(message["tool_rounds"])))
             found.append(conversation)
         return found
 
@@ -165,7 +171,7 @@ class HistoryStore:
                 "DO UPDATE SET user_text = excluded.user_text, thinking_text = '', answer_text = '', "
                 "model = excluded.model, kv_cache_dtype = excluded.kv_cache_dtype, backend = excluded.backend, "
                 "thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, tok_s = 0, finish_reason = NULL, "
-                "loop_guard = '', "
+                "loop_guard = '', tool_rounds = '[]', "
                 "updated_at = excluded.updated_at",
                 (conversation.id, position, turn.user, turn.model, turn.kv_cache_dtype, turn.backend, now, now))
             message_id = self._db.execute("SELECT id FROM messages WHERE conversation_id = ? AND position = ?",
@@ -180,19 +186,41 @@ class HistoryStore:
             self._db.execute("UPDATE messages SET thinking_text = ?, answer_text = ?, updated_at = ? WHERE id = ?",
                              (thinking, answer, time.time(), turn.message_id))
 
+    def save_tool_rounds(self, turn: Turn) -> None:
+        """A call was made, approved, denied or answered: kept at once, so a crash mid-call loses none of it."""
+        if turn.message_id is None:
+            return
+        with self._db:
+            self._db.execute("UPDATE messages SET tool_rounds = ?, updated_at = ? WHERE id = ?",
+                             (_rounds_json(turn), time.time(), turn.message_id))
+
     def finish_turn(self, turn: Turn) -> None:
         if turn.message_id is None:
             return
         with self._db:
             self._db.execute(
                 "UPDATE messages SET thinking_text = ?, answer_text = ?, thinking_tokens = ?, answer_tokens = ?, "
-                "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, loop_guard = ?, updated_at = ? WHERE id = ?",
+                "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, loop_guard = ?, tool_rounds = ?, "
+                "updated_at = ? WHERE id = ?",
                 (turn.thinking, turn.answer, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s, turn.answer_tok_s,
-                 turn.finish_reason or "stop", turn.backend, turn.loop_guard, time.time(), turn.message_id))
+                 turn.finish_reason or "stop", turn.backend, turn.loop_guard, _rounds_json(turn), time.time(),
+                 turn.message_id))
 
     def message_row(self, message_id: int) -> dict[str, Any]:
         row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         return dict(row) if row else {}
+
+
+def _rounds_json(turn: Turn) -> str:
+    return json.dumps([tool_round.to_json() for tool_round in turn.tool_rounds], ensure_ascii=False)
+
+
+def _rounds_from(text: str) -> list[ToolRound]:
+    try:
+        return [ToolRound.from_json(item) for item in json.loads(text or "[]")]
+    except (ValueError, TypeError, KeyError):  # a damaged cell loses its calls, not the conversation
+        log.warning("unreadable tool calls in the history; shown without them")
+        return []
 
 
 # ---- export ------------------------------------------------------------------------------------
@@ -201,6 +229,14 @@ def export_markdown(conversation: Conversation) -> str:
     lines = [f"# {conversation.title}", ""]
     for turn in conversation.turns:
         lines += ["## You", "", turn.user, ""]
+        for tool_round in turn.tool_rounds:
+            if tool_round.thinking.strip():
+                lines += ["<details><summary>Thinking</summary>", "", tool_round.thinking.strip(), "", "</details>",
+                          ""]
+            for call in tool_round.calls:
+                lines += [f"**Tool call** `{call.name}` ({call.status})", "", "```json", call.arguments, "```", "",
+                          "<details><summary>Result</summary>", "", "```text", call.result, "```", "", "</details>",
+                          ""]
         if turn.thinking:
             lines += ["<details><summary>Thinking</summary>", "", turn.thinking.strip(), "", "</details>", ""]
         note = "" if turn.finish_reason in (None, "stop") else f" ({turn.finish_reason})"
@@ -210,10 +246,11 @@ def export_markdown(conversation: Conversation) -> str:
 
 def export_json(conversation: Conversation) -> str:
     return json.dumps({
-        "id": conversation.id, "title": conversation.title,
+        "id": conversation.id, "title": conversation.title, "tools": conversation.tools,
         "messages": [{"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
                       "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend,
                       "loop_guard": t.loop_guard,
+                      "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
                       "thinking_tokens": t.thinking_tokens,
                       "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s, "tok_s": t.answer_tok_s}
                      for t in conversation.turns]}, indent=2, ensure_ascii=False)

@@ -34,9 +34,20 @@ class ModelFamily:
     sampling_thinking: CardSampling | None = None
     sampling_answer: CardSampling | None = None  # with thinking off (hybrid) or for plain models
     system_prompt: bool = True  # R1 distills: the card says to put everything in the user turn
+    tool_parser: str = "hermes"  # vLLM tool parser for its calls (--tool-call-parser); hermes where none is its own
 
     def sampling(self, thinking: bool) -> CardSampling | None:
         return self.sampling_thinking if thinking and self.thinking != "plain" else self.sampling_answer
+
+    def summary(self) -> str:
+        """One line for a model list: how it thinks and the sampling its card recommends for that."""
+        how = {"hybrid": "thinks when the Think switch is on", "always": "always thinks",
+               "plain": "no native thinking"}[self.thinking]
+        card = self.sampling(True)
+        if card is None:
+            return f"{self.name}: {how}"
+        top_k = f", top-k {card.top_k}" if card.top_k else ""
+        return f"{self.name}: {how} · card sampling: temperature {card.temperature}, top-p {card.top_p}{top_k}"
 
     def thinks(self, switch_on: bool) -> bool:
         """Whether a reply thinks natively, given the chat's Think switch."""
@@ -51,22 +62,25 @@ PLAIN = ModelFamily("plain chat model", "plain")
 # (needles that must all be in "name model_type", lowercased) → family
 _FAMILIES: tuple[tuple[tuple[str, ...], ModelFamily], ...] = (
     (("qwen3", "instruct-2507"), ModelFamily("Qwen3 Instruct-2507", "plain", sampling_answer=_QWEN3_ANSWER)),
-    (("qwen3", "coder"), ModelFamily("Qwen3-Coder", "plain", sampling_answer=_QWEN3_ANSWER)),
+    (("qwen3", "coder"), ModelFamily("Qwen3-Coder", "plain", sampling_answer=_QWEN3_ANSWER,
+                                     tool_parser="qwen3_coder")),
     (("r1-distill",), ModelFamily("DeepSeek-R1 distill", "always", "deepseek_r1",
                                   CardSampling(0.6, 0.95), system_prompt=False)),
     (("deepseek-r1",), ModelFamily("DeepSeek-R1", "always", "deepseek_r1", CardSampling(0.6, 0.95),
-                                   system_prompt=False)),
+                                   system_prompt=False, tool_parser="deepseek_v3")),
     (("qwq",), ModelFamily("QwQ", "always", "deepseek_r1", CardSampling(0.6, 0.95, 40))),
     (("qwen3", "thinking-2507"), ModelFamily("Qwen3 Thinking-2507", "always", "qwen3", _QWEN3_THINKING)),
+    (("qwen3.",), ModelFamily("Qwen3.5+", "hybrid", "qwen3", _QWEN3_THINKING, _QWEN3_ANSWER,
+                              tool_parser="qwen3_coder")),
     (("qwen3",), ModelFamily("Qwen3", "hybrid", "qwen3", _QWEN3_THINKING, _QWEN3_ANSWER)),
-    (("deepseek-v3.",), ModelFamily("DeepSeek-V3.1+", "hybrid", "deepseek_r1")),
-    (("deepseek-v4",), ModelFamily("DeepSeek-V4", "hybrid", "deepseek_r1")),
-    (("glm-4.5",), ModelFamily("GLM-4.5+", "hybrid", "deepseek_r1")),
-    (("glm-4.6",), ModelFamily("GLM-4.5+", "hybrid", "deepseek_r1")),
-    (("glm-4.7",), ModelFamily("GLM-4.5+", "hybrid", "deepseek_r1")),
-    (("glm-5",), ModelFamily("GLM-4.5+", "hybrid", "deepseek_r1")),
-    (("kimi-k2", "thinking"), ModelFamily("Kimi-K2 Thinking", "always", "deepseek_r1")),
-    (("kimi-k2.",), ModelFamily("Kimi-K2.5+", "hybrid", "deepseek_r1")),
+    (("deepseek-v3.",), ModelFamily("DeepSeek-V3.1+", "hybrid", "deepseek_r1", tool_parser="deepseek_v31")),
+    (("deepseek-v4",), ModelFamily("DeepSeek-V4", "hybrid", "deepseek_r1", tool_parser="deepseek_v4")),
+    (("glm-4.5",), ModelFamily("GLM-4.5+", "hybrid", "deepseek_r1", tool_parser="glm45")),
+    (("glm-4.6",), ModelFamily("GLM-4.5+", "hybrid", "deepseek_r1", tool_parser="glm45")),
+    (("glm-4.7",), ModelFamily("GLM-4.7+", "hybrid", "deepseek_r1", tool_parser="glm47")),
+    (("glm-5",), ModelFamily("GLM-4.7+", "hybrid", "deepseek_r1", tool_parser="glm47")),
+    (("kimi-k2", "thinking"), ModelFamily("Kimi-K2 Thinking", "always", "deepseek_r1", tool_parser="kimi_k2")),
+    (("kimi-k2.",), ModelFamily("Kimi-K2.5+", "hybrid", "deepseek_r1", tool_parser="kimi_k2")),
 )
 
 

@@ -159,6 +159,17 @@ def estimate_weight_bytes(config: dict[str, Any], bytes_per_param: float = 2.0) 
     return int((layers * (attention + mlp) + embeddings) * bytes_per_param)
 
 
+def bytes_read_per_token(config: dict[str, Any], *, context_tokens: int, kv_dtype: str,
+                         weight_element_bytes: float = 2.0) -> int:
+    """What one decode step reads from memory: every weight once, except the input embedding table, of
+    which it reads one row (a tied table is still read whole, as the output layer), plus the KV of the
+    context. Divided by memory bandwidth this is the floor under ms/token on a bandwidth-bound machine."""
+    weights = estimate_weight_bytes(config, weight_element_bytes)
+    if not config.get("tie_word_embeddings"):
+        weights -= int(int(config.get("vocab_size") or 32000) * int(config["hidden_size"]) * weight_element_bytes)
+    return weights + attention_shape(config).kv_bytes_per_token(kv_dtype) * context_tokens
+
+
 @dataclass(frozen=True)
 class PlanRow:
     kv_cache_dtype: str

@@ -6,6 +6,7 @@ settings dialog and the engine both read this schema, never a second list.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -13,8 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from app.core import paths
 
@@ -81,6 +83,21 @@ class LoopGuardConfig(BaseModel):
     max_resamples: int = Field(2, ge=0, le=10, description="Resamples per reply before the guard concludes.")
 
 
+class RequestControls(BaseModel):
+    """What one API request asks for beyond the settings: the local API server fills it from the
+    request's fields, the window leaves it at these defaults. Not shown in Settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stop: tuple[str, ...] = Field((), max_length=16, description="Stop sequences; the text ends before them.")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="Per-request seed for reproducible sampling.")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    json_schema: str | None = Field(None, description="JSON text of a schema the answer must match "
+                                                      "(structured outputs).")
+    json_object: bool = Field(False, description="The answer must be one JSON object.")
+
+
 class SamplingConfig(BaseModel):
     """Per-request sampling; defaults are those recommended for R1-style models."""
 
@@ -96,6 +113,7 @@ class SamplingConfig(BaseModel):
                                               "Qwen3: through the chat template; R1, QwQ: always on; "
                                               "other models: Nalar's reasoning mode.")
     loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+    request: RequestControls = Field(default_factory=RequestControls)  # per API request; not in Settings
 
     def with_loop_guard(self, **changes: Any) -> SamplingConfig:
         """A validated copy with loop-guard fields changed (``model_copy(update=)`` would not validate)."""
@@ -142,6 +160,74 @@ class ApiServerConfig(BaseModel):
     port: int = Field(8765, ge=1024, le=65535, description="Port on 127.0.0.1.")
 
 
+def _is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_url_problem(url: str) -> str | None:
+    """Why ``url`` can't be a tool server (None when it can): only http(s) on this machine's loopback."""
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return f"{url!r} is not an http:// or https:// URL."
+    if not _is_loopback_host(parsed.hostname):
+        return (f"{parsed.hostname} is not this machine: tool servers over HTTP must listen on loopback "
+                "(127.0.0.1, ::1 or localhost). Run a remote server behind a local stdio command instead.")
+    return None
+
+
+class ToolServer(BaseModel):
+    """An MCP server the user added: a command Nalar starts (stdio) or a streamable-HTTP URL on loopback."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
+                      description="Shown with its tools; letters, digits, - _ and . only.")
+    command: str = Field("", description="Executable to start (stdio); empty when the server is a URL.")
+    args: tuple[str, ...] = Field((), description="The command's arguments, one per item (no shell).")
+    url: str = Field("", description="Streamable-HTTP endpoint on loopback, e.g. http://127.0.0.1:8000/mcp.")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ToolServer:
+        if bool(self.command.strip()) == bool(self.url.strip()):
+            raise ValueError("give either a command (stdio) or a URL, not both or neither")
+        if self.url and (problem := loopback_url_problem(self.url)):
+            raise ValueError(problem)
+        return self
+
+
+def tool_key(server: str, tool: str) -> str:
+    """How settings name one tool of one server ("server/tool")."""
+    return f"{server}/{tool}"
+
+
+class ToolsConfig(BaseModel):
+    """Tools from MCP servers. No tool runs without the user's approval unless it is in ``always_allow``."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    servers: tuple[ToolServer, ...] = Field((), description="MCP servers; their commands come only from here.")
+    disabled: tuple[str, ...] = Field((), description="Tools switched off (server/tool): never offered to the model.")
+    always_allow: tuple[str, ...] = Field((), description="Tools (server/tool) that run without asking each time.")
+    call_timeout_s: float = Field(30.0, ge=1.0, le=3600.0, description="Seconds a tool call may take; then the "
+                                                                        "model is told it timed out.")
+    enabled: bool = Field(False, description="The Tools switch of new chats.")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ToolsConfig:
+        names = [server.name for server in self.servers]
+        if len(names) != len(set(names)):
+            raise ValueError("two tool servers have the same name")
+        return self
+
+    def server(self, name: str) -> ToolServer | None:
+        return next((s for s in self.servers if s.name == name), None)
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -150,6 +236,7 @@ class Settings(BaseModel):
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     backends: BackendsConfig = Field(default_factory=BackendsConfig)
     api_server: ApiServerConfig = Field(default_factory=ApiServerConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)  # absent in older files: defaults, no migration
 
     def with_engine(self, **changes: Any) -> Settings:
         """These settings with engine fields changed, validated: the one way code changes an engine setting."""

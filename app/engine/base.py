@@ -16,6 +16,11 @@ from app.engine.loop_thread import EngineLoopThread
 EventSink = Callable[[EngineEvent], None]
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 4.0  # at close, how long an engine may take to stop by itself before its processes are killed
+# OpenAI's tool_choice: "auto" (the model decides), "none", "required" (at least one call), or one named
+# function {"type": "function", "function": {"name": ...}}. Tools are OpenAI function tools:
+# {"type": "function", "function": {"name", "description", "parameters": JSON schema}}.
+ToolChoice = str | dict[str, Any]
+Tools = Sequence[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -54,10 +59,11 @@ class EngineBase:
         raise NotImplementedError
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                 ignore_eos: bool = False, resume: Resume | None = None, tools: list[dict[str, Any]] | None = None,
-                 tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
-        """Stream one reply. ``tools`` and ``tool_choice`` are the OpenAI API's (the local API server's
-        callers'); an engine that can't call tools yet ignores them."""
+                 ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                 tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """One reply's events, ending in exactly one Finished. With ``tools``, the model may answer with
+        calls: ToolCallDelta events, then Finished(reason="tool_calls", tool_calls=...); ``tool_choice``
+        "required" or a named function forces one (None means "auto" when tools are given)."""
         raise NotImplementedError
 
     async def abort(self, request_id: str) -> None:
@@ -75,14 +81,11 @@ class EngineBase:
 
     async def stream_to(self, sink: EventSink, messages: Sequence[Message], sampling: SamplingConfig,
                         request_id: str, *, ignore_eos: bool = False, resume: Resume | None = None,
-                        tools: list[dict[str, Any]] | None = None,
-                        tool_choice: str | dict[str, Any] | None = None) -> Finished | None:
+                        tools: Tools | None = None, tool_choice: ToolChoice | None = None) -> Finished | None:
         """Run ``generate`` on the engine loop, handing each event to a thread-safe sink."""
         last: Finished | None = None
-        # Only when asked for: an engine (or a test's double) written before tool calls takes no such keywords.
-        tool_args: dict[str, Any] = {name: value for name, value in (("tools", tools), ("tool_choice", tool_choice))
-                                     if value is not None}
-        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume, **tool_args)
+        replies = self.generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume,
+                                tools=tools, tool_choice=tool_choice)
         async with contextlib.aclosing(replies) as events:
             async for event in events:
                 sink(event)

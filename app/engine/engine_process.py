@@ -27,7 +27,7 @@ import psutil
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import process_protocol as protocol
 from app.engine import process_server, vllm_logging
-from app.engine.base import SHUTDOWN_GRACE_S, EngineBase, EventSink, Message, Resume
+from app.engine.base import SHUTDOWN_GRACE_S, EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, EngineReady, Finished, ThinkingDelta
 from app.engine.orphans import OWNER_ENV, owner_tag, record_engine_processes, same_process
@@ -183,9 +183,8 @@ class EngineProcess(EngineBase):
         return self.ready
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None,
-                       tools: list[dict[str, Any]] | None = None,
-                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                       tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
         rid = request_id or uuid.uuid4().hex[:12]
         queue: asyncio.Queue[EngineEvent | None] = asyncio.Queue()
         self._streams[rid] = queue
@@ -193,7 +192,7 @@ class EngineProcess(EngineBase):
         try:
             try:
                 self._send(protocol.Generate(rid, list(messages), sampling, ignore_eos=ignore_eos, resume=resume,
-                                             tools=tools, tool_choice=tool_choice))
+                                             tools=list(tools) if tools else None, tool_choice=tool_choice))
             except EngineFailure as failure:
                 finished = True
                 yield EngineErrorEvent(rid, failure)

@@ -10,7 +10,8 @@ from typing import Literal
 
 from app.engine.errors import EngineFailure
 
-FinishReason = Literal["stop", "length", "abort", "error", "loop"]  # loop: cut by the loop guard
+# loop: cut by the loop guard; tool_calls: the reply ends in calls the caller is to run (Finished.tool_calls)
+FinishReason = Literal["stop", "length", "abort", "error", "loop", "tool_calls"]
 LoopOutcome = Literal["concluded", "resampled", "stopped", "warned", "cut"]
 
 
@@ -45,6 +46,31 @@ class ThinkingDelta:
 class AnswerDelta:
     request_id: str
     text: str
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model asked for, in OpenAI's terms: ``arguments`` is JSON text (an object)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_openai(self) -> dict[str, object]:
+        """The assistant message's ``tool_calls`` item, as chat templates and OpenAI clients take it."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A call as it streams: the first delta of call ``index`` carries its id and name, later ones more
+    of its arguments' JSON text. Finished.tool_calls holds the whole calls."""
+
+    request_id: str
+    index: int
+    id: str | None
+    name: str | None
+    arguments_delta: str
 
 
 @dataclass(frozen=True)
@@ -113,6 +139,7 @@ class Finished:
     answer_text: str
     metrics: Metrics | None = None
     loops: tuple[LoopDetected, ...] = ()  # what the loop guard found and did in this reply
+    tool_calls: tuple[ToolCall, ...] = ()  # reason "tool_calls": the calls to run, in order
 
 
 @dataclass(frozen=True)
@@ -131,4 +158,4 @@ class EngineErrorEvent:
 
 
 EngineEvent = (StatusChanged | EngineReady | ThinkingDelta | AnswerDelta | ContextTrimmed
-               | Metrics | Finished | EngineErrorEvent | BackendChosen | LoopDetected)
+               | Metrics | Finished | EngineErrorEvent | BackendChosen | LoopDetected | ToolCallDelta)

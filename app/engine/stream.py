@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from app.core.settings import LoopGuardConfig, SamplingConfig
@@ -26,6 +26,7 @@ from app.engine.events import (
     LoopOutcome,
     Metrics,
     ThinkingDelta,
+    ToolCall,
 )
 from app.engine.loop_guard import Loop, LoopDetector
 from app.engine.reasoning import ReplyTexts, Split, ThinkTagSplitter
@@ -215,10 +216,10 @@ class ReplyStream:
         self._last_metrics = now
         return self.metrics()
 
-    def finished(self, reason: FinishReason) -> list[EngineEvent]:
-        """The normal end: final metrics, then Finished."""
+    def finished(self, reason: FinishReason, tool_calls: tuple[ToolCall, ...] = ()) -> list[EngineEvent]:
+        """The normal end: final metrics, then Finished (with the calls the reply ends in, if any)."""
         final = self.metrics("answer")
-        return [final, self._finished(reason, final)]
+        return [final, replace(self._finished(reason, final), tool_calls=tool_calls)]
 
     def aborted(self) -> Finished:
         """Cancelled from outside (the consumer went away): the text so far, as an abort."""

@@ -97,14 +97,13 @@ async def cancel_pending_tasks(timeout: float = 2.0) -> None:
 
 
 def offer_welcome(settings: Settings, probe: HardwareProbe) -> bool:
-    """First run only. Without an NVIDIA GPU the embedded model is the only sensible choice, so it starts
-    without asking (Engine → Choose model… still offers the dialog). NALAR_NO_WELCOME=1 skips it, for
-    scripted starts; so does `nalar bench startup` (NALAR_QUIT_AFTER_SHOWN)."""
+    """First run only, on every machine: with an NVIDIA GPU it offers models sized by VRAM, without one
+    small reasoning models sized by RAM (the embedded model stays one click away). NALAR_NO_WELCOME=1
+    skips it, for scripted starts; so does `nalar bench startup` (NALAR_QUIT_AFTER_SHOWN)."""
     if settings.engine.model or os.environ.get("NALAR_NO_WELCOME") or os.environ.get("NALAR_QUIT_AFTER_SHOWN"):
         return False
     if not probe.gpus:
-        log.info("first run without an NVIDIA GPU: using the embedded model")
-        return False
+        log.info("first run without an NVIDIA GPU: offering models for the CPU engine")
     return True
 
 

@@ -132,8 +132,12 @@ class EngineBridge(QObject):
         return ready
 
     async def generate(self, messages: list[Message], sampling: SamplingConfig, request_id: str,
-                       *, ignore_eos: bool = False, resume: Resume | None = None) -> Finished | None:
-        stream = self.engine.stream_to(self.post, messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
+                       *, ignore_eos: bool = False, resume: Resume | None = None,
+                       tools: list[dict[str, Any]] | None = None, tool_choice: Any = None) -> Finished | None:
+        """``tools`` (OpenAI's shape) and ``tool_choice`` go to the engine only when a chat offers tools."""
+        offered: dict[str, Any] = {"tools": tools, "tool_choice": tool_choice or "auto"} if tools else {}
+        stream = self.engine.stream_to(self.post, messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume,
+                                       **offered)
         return await on_engine(self.engine.loop_thread, stream)
 
     async def abort(self, request_id: str) -> None:

@@ -1,18 +1,20 @@
 """ChatSession: the conversations and the reply being written, with no widgets.
 
-It sends, regenerates, stops, saves partial replies every second and aborts on close. The window
-shows what it reports through its signals; tests drive it without a window.
+It sends, regenerates, stops, saves partial replies every second and aborts on close. A reply that
+calls tools goes through ``ToolLoop`` (approval, run, result) and on with a follow-up request that
+carries the results. The window shows what it reports through its signals; tests drive it without a window.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from qasync import asyncSlot
 
-from app.core.conversation import Conversation, Turn
+from app.core.conversation import Conversation, ToolRound, ToolStep, Turn
 from app.core.history import HistoryStore
 from app.core.model_families import model_family, sampling_warning
 from app.core.settings import SamplingConfig, changed
@@ -21,9 +23,12 @@ from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import BackendChosen, EngineErrorEvent, Finished, LoopDetected, Metrics
 from app.ui.conversation_list import ConversationListModel
 from app.ui.engine_controller import EngineController
+from app.ui.tool_loop import ToolLoop
+from app.ui.tools_controller import ToolsController
 
 log = logging.getLogger(__name__)
 PARTIAL_SAVE_MS = 1000
+MAX_TOOL_ROUNDS = 8  # a model that keeps calling is asked for its answer (tool_choice "none") after this
 
 
 class ChatSession(QObject):
@@ -40,11 +45,19 @@ class ChatSession(QObject):
     notice = Signal(str)
     state_changed = Signal()          # a reply started or ended
     reply_finished = Signal(object)   # Finished, after the turn is updated and saved
+    tool_round_started = Signal(object)  # ToolRound: the reply called tools (its thinking so far is in it)
+    tool_step_changed = Signal(object)   # ToolStep: approved, running, answered
+    reply_continued = Signal()        # the follow-up after the tool results starts streaming
 
-    def __init__(self, controller: EngineController, history: HistoryStore, parent: QObject | None = None) -> None:
+    def __init__(self, controller: EngineController, history: HistoryStore, parent: QObject | None = None,
+                 tools: ToolsController | None = None) -> None:
         super().__init__(parent)
         self.controller = controller
         self.history = history
+        self.tools = tools
+        self.tool_loop = ToolLoop(tools, self) if tools is not None else None
+        self.tool_choice: Any = "auto"  # for a reply's first request; "required" or a named function forces a call
+        self._answer_now_next = False  # Answer now pressed during a call: the follow-up skips its thinking
         self.model = ConversationListModel(self)
         self.current_row = -1
         self.current_request: str | None = None
@@ -63,6 +76,10 @@ class ChatSession(QObject):
         bridge.backend_chosen.connect(self._on_backend_chosen)
         bridge.loop_detected.connect(self._on_loop_detected)
         bridge.finished.connect(self._on_finished)
+        if self.tool_loop is not None:
+            self.tool_loop.step_changed.connect(self._on_tool_step)
+            self.tool_loop.round_done.connect(self._continue_after_tools)
+            self.tool_loop.always_allowed.connect(self._always_allow)
 
     # ---- conversations -------------------------------------------------------------------------
 
@@ -72,7 +89,12 @@ class ChatSession(QObject):
 
     @property
     def streaming(self) -> bool:
-        return self.current_request is not None
+        """A reply is under way: streaming, or waiting on its tool calls."""
+        return self.current_request is not None or self.awaiting_tools
+
+    @property
+    def awaiting_tools(self) -> bool:
+        return self.tool_loop is not None and self.tool_loop.active
 
     @property
     def thinking_text(self) -> str:
@@ -114,6 +136,11 @@ class ChatSession(QObject):
         self.conversation.thinking = on
         self.history.save_conversation(self.conversation)
 
+    def set_tools(self, on: bool) -> None:
+        """The chat's Tools switch, kept with the conversation."""
+        self.conversation.tools = on
+        self.history.save_conversation(self.conversation)
+
     def delete_current(self) -> None:
         row = self.current_row
         if row < 0 or self.streaming:
@@ -139,7 +166,10 @@ class ChatSession(QObject):
         await self._run_reply(conversation)
 
     async def regenerate(self) -> None:
+        """Answer the last question again; during a tool call, that call is dropped first."""
         conversation = self.conversation
+        if self.awaiting_tools and self.tool_loop is not None:
+            self.tool_loop.stop()
         if self.streaming or not conversation.turns or not self.controller.engine_ready:
             return
         conversation.turns[-1] = Turn(user=conversation.turns[-1].user)
@@ -173,10 +203,7 @@ class ChatSession(QObject):
     async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None,
                          resume: Resume | None = None) -> None:
         bridge = self.controller.bridge
-        request_id = uuid.uuid4().hex[:12]
-        self.current_request = request_id
-        self._answer_started = False
-        self._thinking, self._answer = [], []
+        request_id = self._new_request()
         turn = conversation.turns[-1]
         self._last_loops.pop(turn.message_id, None)
         ready = bridge.ready
@@ -191,29 +218,104 @@ class ChatSession(QObject):
         self.history.start_turn(conversation, turn)
         self._partial_timer.start()
         self.state_changed.emit()
+        # This chat's Think switch, on whatever sampling this reply runs with (Continue anyway: guard warns).
+        sampling = changed(sampling or self.controller.settings.sampling, thinking=conversation.thinking)
+        if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
+            self.notice.emit(warning)
+        await self._generate(conversation, sampling, request_id, resume, self.tool_choice)
+
+    def _new_request(self) -> str:
+        request_id = uuid.uuid4().hex[:12]
+        self.current_request = request_id
+        self._answer_started = False
+        self._thinking, self._answer = [], []
+        return request_id
+
+    async def _generate(self, conversation: Conversation, sampling: SamplingConfig, request_id: str,
+                        resume: Resume | None, tool_choice: Any) -> None:
+        """One request of the reply, with this chat's tools when its Tools switch is on."""
+        bridge = self.controller.bridge
+        offered = self._offered_tools(conversation)
         try:
-            # This chat's Think switch, on whatever sampling this reply runs with (Continue anyway: guard warns).
-            sampling = changed(sampling or self.controller.settings.sampling, thinking=conversation.thinking)
-            if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
-                self.notice.emit(warning)
-            await bridge.generate(conversation.messages(), sampling, request_id, resume=resume)
+            await bridge.generate(conversation.messages(), sampling, request_id, resume=resume,
+                                  tools=[tool.openai() for tool in offered] or None,
+                                  tool_choice=tool_choice if offered else None)
         except Exception as exc:  # the engine thread itself failed: still end the turn cleanly
             log.exception("generation crashed")
             bridge.post(EngineErrorEvent(request_id, EngineFailure(
                 FailureKind.ENGINE_DIED, f"The engine failed: {exc}", "Restart the engine.")))
             bridge.post(Finished(request_id, "error", self.thinking_text, self.answer_text))
 
+    def _offered_tools(self, conversation: Conversation) -> list[Any]:
+        if self.tools is None or not conversation.tools:
+            return []
+        return self.tools.offered(self.controller.settings.tools)
+
     @asyncSlot()
     async def stop(self) -> None:
-        if self.current_request:
+        if self.awaiting_tools:
+            self._stop_during_tools()
+        elif self.current_request:
             await self.controller.bridge.abort(self.current_request)
 
     def answer_now(self) -> None:
-        if self.current_request:
+        if self.awaiting_tools and self.tool_loop is not None:
+            self._answer_now_next = True  # the calls get their results now; the follow-up answers at once
+            self.tool_loop.answer_now()
+        elif self.current_request:
             self.controller.bridge.answer_now(self.current_request)
+
+    # ---- tool calls ----------------------------------------------------------------------------
+
+    def _begin_tool_round(self, finished: Finished) -> None:
+        """The reply called tools: keep what it thought, show the calls, and wait for the user (or run)."""
+        assert self.tool_loop is not None
+        turn = self.conversation.turns[-1]
+        calls = [ToolStep(call.id, call.name, call.arguments) for call in finished.tool_calls]
+        tool_round = ToolRound(finished.thinking_text, calls, finished.answer_text)
+        turn.tool_rounds.append(tool_round)
+        self.history.save_tool_rounds(turn)
+        self.tool_round_started.emit(tool_round)
+        self.tool_loop.begin(tool_round, self._offered_tools(self.conversation), self.controller.settings.tools)
+        self.state_changed.emit()
+
+    def _on_tool_step(self, step: ToolStep) -> None:
+        if self.conversation.turns:
+            self.history.save_tool_rounds(self.conversation.turns[-1])
+        self.tool_step_changed.emit(step)
+
+    def _always_allow(self, key: str) -> None:
+        """"Always for this tool": saved like any settings change, through the one validated path."""
+        settings = self.controller.settings
+        if key not in settings.tools.always_allow:
+            tools = changed(settings.tools, always_allow=(*settings.tools.always_allow, key))
+            self.controller.apply_settings(changed(settings, tools=tools.model_dump()))
+
+    @asyncSlot()
+    async def _continue_after_tools(self) -> None:
+        """Every call has its result: the reply goes on, with them in its messages."""
+        conversation = self.conversation
+        rounds = len(conversation.turns[-1].tool_rounds) if conversation.turns else 0
+        request_id = self._new_request()
+        self.reply_continued.emit()
+        self.state_changed.emit()
+        sampling = changed(self.controller.settings.sampling, thinking=conversation.thinking)
+        # A forced call ("required" or a named function) is one round: the model then answers with what it got.
+        forced = self.tool_choice not in ("auto", "none")
+        tool_choice = "none" if self._answer_now_next or forced or rounds >= MAX_TOOL_ROUNDS else "auto"
+        await self._generate(conversation, sampling, request_id, None, tool_choice)
+
+    def _stop_during_tools(self) -> None:
+        """Stop while calls wait or run: none of them runs on, and the turn ends as stopped."""
+        assert self.tool_loop is not None
+        self.tool_loop.stop()
+        self._finish_turn(Finished("", "abort", "", ""))
 
     def _on_thinking_delta(self, request_id: str, text: str) -> None:
         if request_id == self.current_request:
+            if self._answer_now_next:
+                self._answer_now_next = False
+                self.controller.bridge.answer_now(request_id)
             self._thinking.append(text)
             self.thinking_delta.emit(text)
 
@@ -249,6 +351,13 @@ class ChatSession(QObject):
         if finished.request_id != self.current_request:
             return
         self.current_request = None
+        if finished.reason == "tool_calls" and finished.tool_calls and self.tool_loop is not None:
+            self._begin_tool_round(finished)
+            return
+        self._finish_turn(finished)
+
+    def _finish_turn(self, finished: Finished) -> None:
+        self._answer_now_next = False
         turn = self.conversation.turns[-1]
         turn.thinking, turn.answer, turn.finish_reason = finished.thinking_text, finished.answer_text, finished.reason
         turn.loop_guard = "\n".join(loop.summary() for loop in finished.loops)
@@ -279,6 +388,11 @@ class ChatSession(QObject):
     def close(self) -> None:
         """Abort what streams and keep what arrived, marked "abort"; late events are ignored after this."""
         self._partial_timer.stop()
+        if self.awaiting_tools and self.tool_loop is not None:
+            self.tool_loop.stop()
+            turn = self.conversation.turns[-1]
+            turn.finish_reason = "abort"
+            self.history.finish_turn(turn)
         if self.current_request:
             engine = self.controller.bridge.engine
             engine.loop_thread.submit(engine.abort(self.current_request))

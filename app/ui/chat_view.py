@@ -1,7 +1,8 @@
 """ChatView: the conversation shown as a thread: earlier turns and the question above the live reply.
 
 The live reply is the thinking pane over the answer pane; when the answer starts, the trace folds
-into its one-line header and the answer gets the whole width.
+into its one-line header and the answer gets the whole width. A reply that calls tools shows its
+calls' cards between the two, and its further thinking goes on in the thinking pane after a marker.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
-from app.core.conversation import Conversation, Turn
+from app.core.conversation import Conversation, ToolRound, Turn
 from app.ui.panes import AnswerPane, ThinkingPane
+from app.ui.tool_cards import STATUS_TEXT, ToolCallsPanel
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
+AFTER_TOOLS = "\n\n— after the tool results —\n"
 
 
 class ChatView(QWidget):
@@ -32,8 +35,10 @@ class ChatView(QWidget):
         self._shown: tuple[str, int] | None = None  # (conversation id, turns) the transcript shows
         self.thinking_pane = ThinkingPane()
         self.answer_pane = AnswerPane()
+        self.tool_panel = ToolCallsPanel()
         self.live_split = QSplitter(Qt.Orientation.Vertical)
         self.live_split.addWidget(self.thinking_pane)
+        self.live_split.addWidget(self.tool_panel)
         self.live_split.addWidget(self.answer_pane)
         self.live_split.setChildrenCollapsible(False)
         self.thread_split = QSplitter(Qt.Orientation.Vertical)
@@ -50,9 +55,12 @@ class ChatView(QWidget):
         self.render_thread(conversation)
         self.thinking_pane.clear()
         self.answer_pane.clear()
+        self.tool_panel.clear()
         if conversation.turns:
             last = conversation.turns[-1]
-            self.thinking_pane.append(last.thinking)
+            self.thinking_pane.append(reply_trace(last))
+            if last.tool_rounds:
+                self.tool_panel.show_rounds(last.tool_rounds)
             self.thinking_pane.set_tokens(last.thinking_tokens)
             self.answer_pane.append(last.answer)
             self.answer_pane.render_markdown()
@@ -93,6 +101,19 @@ class ChatView(QWidget):
         self.render_thread(conversation)
         self.thinking_pane.clear()
         self.answer_pane.clear()
+        self.tool_panel.clear()
+
+    def show_tool_round(self, tool_round: ToolRound) -> None:
+        """The reply called tools: their cards, below the thinking that led to them."""
+        self.thinking_pane.set_folded(False)
+        self.tool_panel.add_round(tool_round)
+        total = sum(self.live_split.sizes()) or self.live_split.height()
+        self.live_split.setSizes([total * 2 // 5, total * 2 // 5, total // 5])
+
+    def continue_reply(self) -> None:
+        """The results went back: the further thinking follows a marker; the answer starts afresh."""
+        self.thinking_pane.append(AFTER_TOOLS)
+        self.answer_pane.clear()
 
     def start_answer(self) -> None:
         self.thinking_pane.end()
@@ -109,7 +130,8 @@ class ChatView(QWidget):
         pane.setMaximumHeight(pane.sizeHint().height() if folded else QWIDGETSIZE_MAX)
         total = sum(self.live_split.sizes()) or self.live_split.height()
         header = pane.sizeHint().height() if folded else total // 2
-        self.live_split.setSizes([header, total - header])
+        cards = (total - header) // 2 if self.tool_panel.isVisible() else 0  # the calls share the rest
+        self.live_split.setSizes([header, cards, total - header - cards])
 
 
 def _text(text: str) -> str:
@@ -121,8 +143,26 @@ def _question(turn: Turn) -> str:
             f'<span style="color: #1b2a44"><b>You</b><br>{_text(turn.user)}</span></td></tr></table>')
 
 
+def reply_trace(turn: Turn) -> str:
+    """A finished reply's thinking as the thinking pane streamed it: before the calls, a marker, after."""
+    parts = [tool_round.thinking for tool_round in turn.tool_rounds]
+    return AFTER_TOOLS.join([*parts, turn.thinking]) if parts else turn.thinking
+
+
+def _tool_calls(turn: Turn) -> str:
+    """Each call in one escaped line: the tool, its arguments, and how it ended with the start of its result."""
+    lines = []
+    for tool_round in turn.tool_rounds:
+        for call in tool_round.calls:
+            result = " ".join(call.result.split())
+            result = result[:160] + ("…" if len(result) > 160 else "")
+            lines.append(f"⚙ <b>{html.escape(call.name)}</b> <code>{html.escape(call.arguments[:200])}</code> · "
+                         f"{html.escape(STATUS_TEXT.get(call.status, call.status))}: {html.escape(result)}")
+    return (f'<p style="color: #5b4d23"><small>{"<br>".join(lines)}</small></p>') if lines else ""
+
+
 def _reply(turn: Turn) -> str:
     note = "" if turn.finish_reason in (None, "stop") else f" <i>({turn.finish_reason})</i>"
     if turn.backend:
         note = f" <small>via {html.escape(turn.backend)}</small>{note}"
-    return f"<p><b>Nalar</b>{note}<br>{_text(turn.answer)}</p>"
+    return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}<br>{_text(turn.answer)}</p>"

@@ -26,7 +26,7 @@ from app.engine.loop_thread import on_engine
 from app.ui.bridge import EngineBridge
 
 if TYPE_CHECKING:
-    from app.engine.api_server import LocalApiServer
+    from app.server.api_server import LocalApiServer
 
 log = logging.getLogger(__name__)
 HEALTH_POLL_MS = 1000
@@ -191,7 +191,7 @@ class EngineController(QObject):
             await self.stop_api_server()
         if not wanted.enabled or self.api_server is not None or self.bridge.ready is None:
             return
-        from app.engine.api_server import LocalApiServer  # aiohttp: only when the user turns the server on
+        from app.server.api_server import LocalApiServer  # aiohttp: only when the user turns the server on
 
         engine = self.bridge.engine
         server = LocalApiServer(engine, self.keys.api_server_token(), wanted.port, self.settings.sampling)

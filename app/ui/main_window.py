@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QInputDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
@@ -20,7 +20,7 @@ from app.core.conversation import Conversation
 from app.core.history import HistoryStore
 from app.core.keystore import KeyStore
 from app.core.model_families import model_family
-from app.core.settings import EngineConfig, Settings
+from app.core.settings import EngineConfig, Settings, ToolServer
 from app.engine.base import EngineBase
 from app.engine.events import EngineReady, Finished, LoopDetected, StatusChanged
 from app.ui.chat_session import ChatSession
@@ -31,6 +31,7 @@ from app.ui.gauges import GaugeBar
 from app.ui.panes import ErrorBanner, PromptEdit
 from app.ui.reply_controls import ReplyControls
 from app.ui.status_bar import EngineStatusBar
+from app.ui.tools_controller import ToolsController
 from app.ui.window_menus import WindowMenus
 
 if TYPE_CHECKING:
@@ -54,10 +55,12 @@ class MainWindow(QMainWindow):
         self.resize(1280, 800)
         self.controller = EngineController(engine, settings, keys or KeyStore(),
                                            busy=lambda: self.session.streaming, parent=self)
-        self.session = ChatSession(self.controller, history or HistoryStore(), self)
+        self.tools = ToolsController(self)  # the MCP servers of Settings → Tools, on their own thread
+        self.session = ChatSession(self.controller, history or HistoryStore(), self, tools=self.tools)
         self._build_widgets()
         self.menus = WindowMenus(self)
         self._connect()
+        self._connect_tools()
         self.session.load_history()
         self.refresh_state()
         if settings_notice:
@@ -145,6 +148,22 @@ class MainWindow(QMainWindow):
         lst.delete_button.clicked.connect(self.delete_conversation)
         lst.list.selectionModel().currentRowChanged.connect(lambda current, _: session.select(current.row()))
 
+    def _connect_tools(self) -> None:
+        session, panel, loop = self.session, self.chat_view.tool_panel, self.session.tool_loop
+        assert loop is not None
+        session.tool_round_started.connect(self.chat_view.show_tool_round)
+        session.tool_step_changed.connect(panel.update_step)
+        session.reply_continued.connect(self.chat_view.continue_reply)
+        panel.run.connect(loop.approve)
+        panel.always.connect(lambda step: loop.approve(step, always=True))
+        panel.deny.connect(loop.deny)
+        self.controls.tools_switch.toggled.connect(session.set_tools)
+        self.tools.notice.connect(self.show_notice)
+        self.tools.servers_changed.connect(
+            lambda: self.controls.tools_switch.show_tools(len(self.tools.offered(self.settings.tools))))
+        if self.settings.tools.servers:  # once the UI loop runs: the window is built before qasync's loop starts
+            QTimer.singleShot(0, lambda: self.tools.configure(self.settings.tools.servers))
+
     # ---- what tests, benches and dialogs use ---------------------------------------------------
 
     @property
@@ -171,7 +190,15 @@ class MainWindow(QMainWindow):
         return self.controller.start_engine(config)
 
     def apply_settings(self, settings: Settings) -> None:
+        servers = self.settings.tools.servers
         self.controller.apply_settings(settings)
+        self.sync_tool_servers(servers)
+
+    def sync_tool_servers(self, before: tuple[ToolServer, ...] | None = None) -> None:
+        """Connect the servers the settings name, and only those (Settings → Tools may have tried others)."""
+        wanted = self.settings.tools.servers
+        if wanted != before or set(self.tools.states) != {server.name for server in wanted}:
+            self.tools.configure(wanted)
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -182,7 +209,7 @@ class MainWindow(QMainWindow):
         self.prompt.setEnabled(engine_ready and not streaming)
         self.controls.set_state(engine_ready=engine_ready, streaming=streaming,
                                 has_turns=bool(len(self.session.model) and self.conversation.turns),
-                                has_answer=bool(self.answer_pane.text()))
+                                has_answer=bool(self.answer_pane.text()), awaiting_tools=self.session.awaiting_tools)
         self.conversation_list.setEnabled(not streaming)
         self.menus.restart_action.setEnabled(not streaming)
 
@@ -217,6 +244,7 @@ class MainWindow(QMainWindow):
             self.conversation_list.select(row)
         conversation = self.session.model[row]
         self.think_switch.show_chat(conversation.thinking)
+        self.controls.tools_switch.show_chat(conversation.tools)
         self.chat_view.show_conversation(conversation)
         if conversation.turns and conversation.turns[-1].finish_reason == "interrupted":
             self.show_notice("This reply was interrupted: Nalar closed while it streamed. "
@@ -292,6 +320,7 @@ class MainWindow(QMainWindow):
             self.menus.close_measure_dialog()
             started = time.monotonic()
             self.session.close()
+            self.tools.close()  # the tool servers' processes end with the window
             self.controller.close()
             self.session.history.close()
             log.info("window closed; engine shut down in %.1f s", time.monotonic() - started)

@@ -45,6 +45,8 @@ from app.engine import capability
 from app.engine.capability import HardwareProbe
 from app.engine.gpu_start import held_by_others
 from app.ui.backends_panel import ApiServerPanel, BackendsPanel
+from app.ui.tools_controller import ToolsController
+from app.ui.tools_tab import ToolsTab
 
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("engine", EngineConfig), ("sampling", SamplingConfig), ("loop_guard", LoopGuardConfig))
@@ -87,7 +89,7 @@ class SettingsDialog(QDialog):
     applied = Signal(object)  # Settings
 
     def __init__(self, settings: Settings, probe: HardwareProbe | None = None, parent: QWidget | None = None,
-                 keys: KeyStore | None = None) -> None:
+                 keys: KeyStore | None = None, tools: ToolsController | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Nalar settings")
         self.setObjectName("SettingsDialog")
@@ -115,8 +117,8 @@ class SettingsDialog(QDialog):
             box = QGroupBox(TITLES[section][0])
             form = QFormLayout(box)
             for name, field in schema.model_fields.items():
-                if name == "loop_guard":
-                    continue  # its own tab
+                if name in ("loop_guard", "request"):
+                    continue  # the loop guard has its own tab; request controls are per API request
                 editor = self._editor_for(section, name, field, getattr(_section_value(settings, section), name))
                 editor.setToolTip(field.description or "")
                 error = QLabel()
@@ -144,6 +146,9 @@ class SettingsDialog(QDialog):
             page_layout.addWidget(panel)
             page_layout.addStretch(1)
             self.tabs.addTab(page, title)
+        self.tools_tab = ToolsTab(settings.tools, tools)  # app/ui/tools_tab.py
+        self.tools_tab.changed.connect(self.revalidate)
+        self.tabs.addTab(self.tools_tab, "Tools")
         engine_page = pages["engine"]
         engine_page.addWidget(self.reasons)
         engine_page.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
@@ -318,7 +323,7 @@ class SettingsDialog(QDialog):
             candidate = Settings(engine=EngineConfig(**raw["engine"]),
                                  sampling=SamplingConfig(**raw["sampling"], loop_guard=raw["loop_guard"]),
                                  backends=backends or self.original.backends,
-                                 api_server=self.api_server_panel.value())
+                                 api_server=self.api_server_panel.value(), tools=self.tools_tab.value())
         except ValidationError as exc:
             candidate = None
             for error in exc.errors():

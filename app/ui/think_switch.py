@@ -1,4 +1,5 @@
-"""The Think switch next to Send: each chat's own choice, shown as what the loaded model can do."""
+"""The Think and Tools switches next to Send: each chat's own choices, shown as what the model and the
+configured tool servers can do."""
 
 from __future__ import annotations
 
@@ -30,3 +31,21 @@ class ThinkSwitch(QCheckBox):
             "plain": "Nalar's reasoning mode: the model is asked to think in <think> tags first.",
         }[family.thinking])
         self.show_chat(self._chat_choice)
+
+
+class ToolsSwitch(QCheckBox):
+    """Checked: this chat offers the model the tools switched on in Settings → Tools (each call still asks)."""
+
+    def __init__(self) -> None:
+        super().__init__("Tools")
+        self.show_tools(0)
+
+    def show_chat(self, tools: bool) -> None:
+        """The chat's stored choice, without emitting ``toggled``."""
+        self.blockSignals(True)
+        self.setChecked(tools)
+        self.blockSignals(False)
+
+    def show_tools(self, count: int) -> None:
+        self.setToolTip(f"Offer the model {count} tool(s) from your MCP servers; each call asks before it runs."
+                        if count else "No tools yet: add an MCP server in Settings → Tools.")

@@ -1,8 +1,9 @@
 """WelcomeDialog: choose the model on first run (and later from Engine → Choose model…).
 
 With an NVIDIA GPU it lists the catalog planned against the detected VRAM, recommends the largest
-model that fits, downloads it from the hub with progress, cancel and resume. With no GPU, offline,
-or when nothing fits, it offers the embedded model and says why. Any local model folder works too.
+model that fits, downloads it from the hub with progress, cancel and resume. Without one it lists small
+reasoning models sized by RAM, with a speed from the measured memory bandwidth (app.core.cpu_catalog).
+Offline, or when nothing fits, it offers the embedded model and says why. Any local model folder works too.
 
 The download runs on a worker thread (plain ``threading``: it only blocks on sockets); its
 progress crosses to the GUI thread through this dialog's signals, which Qt queues.
@@ -29,6 +30,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.cpu_catalog import (
+    CpuRecommendation,
+    best_cpu,
+    cpu_recommendations,
+    downloaded_max_len,
+    host_bandwidth,
+    ram_total_bytes,
+)
 from app.core.hub_download import (
     DownloadCancelled,
     DownloadError,
@@ -68,7 +77,7 @@ class WelcomeDialog(QDialog):
         self.engine_update: dict[str, Any] = {}
         self.download: HubDownload | None = None
         self._worker: threading.Thread | None = None
-        self._recommendations: list[Recommendation] = []
+        self._recommendations: list[Recommendation | CpuRecommendation] = []
         self._build()
         self._fill()
         self.reachability_checked.connect(self._on_reachability)
@@ -129,20 +138,45 @@ class WelcomeDialog(QDialog):
         embedded = QListWidgetItem("Embedded SmolLM2-135M · already on this machine · works offline and on the CPU")
         embedded.setData(ROLE, EMBEDDED)
         if gpu is None:
-            self.hardware_label.setText("No NVIDIA GPU found.")
-            self.reason_label.setText(
-                "Without an NVIDIA GPU, Nalar runs on the CPU engine, where only a small model is quick enough: "
-                "the embedded SmolLM2-135M. A local model folder works too, but expect it to be slow.")
-            self.model_list.addItem(embedded)
-            self.model_list.setCurrentItem(embedded)
+            self._fill_cpu(embedded)
             return
         self.hardware_label.setText(f"Detected: {gpu.name}, {gpu.vram_total_bytes / GIB:.1f} GiB of VRAM"
                                     f"{held_by_others(gpu)}. "
                                     f"KV cache: {'FP8' if self.kv_cache_dtype.startswith('fp8') else 'bf16'}.")
-        self._recommendations = recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes)
-        pick = best(self._recommendations)
+        gpu_recs = recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes)
+        pick = best(gpu_recs)
+        self._add_catalog_items(gpu_recs, pick, embedded)
+        if pick is None:
+            self.reason_label.setText(f"None of the recommended models fits in {gpu.vram_total_bytes / GIB:.1f} GiB "
+                                      "with room to think, so the embedded model is the choice.")
+        else:
+            self.reason_label.setText("Figures are the planner's, before download: vLLM measures the real ones "
+                                      "at start. Models come from the Hugging Face hub.")
+
+    def _fill_cpu(self, embedded: QListWidgetItem) -> None:
+        """No NVIDIA GPU: small reasoning models sized by RAM, with speed from the measured memory bandwidth."""
+        bandwidth = host_bandwidth()
+        ram = ram_total_bytes()
+        self.hardware_label.setText(
+            f"No NVIDIA GPU found: Nalar runs on the CPU engine. {ram / GIB:.1f} GiB of RAM, memory bandwidth "
+            f"{bandwidth.describe()}. KV cache: {'FP8' if self.kv_cache_dtype.startswith('fp8') else 'bf16'}.")
+        cpu_recs = cpu_recommendations(ram, self.kv_cache_dtype, bandwidth)
+        pick = best_cpu(cpu_recs)
+        self._add_catalog_items(cpu_recs, pick, embedded)
+        if pick is None:
+            self.reason_label.setText(f"None of the small reasoning models fits in {ram / GIB:.1f} GiB of RAM "
+                                      "beside the runtime, so the embedded model is the choice.")
+        else:
+            self.reason_label.setText(
+                "On the CPU a reasoning model is slow: it thinks for hundreds of tokens before it answers. These "
+                "are small enough to be usable. Speeds are upper bounds (memory bandwidth ÷ bytes read per "
+                "token); expect less. Models come from the Hugging Face hub.")
+
+    def _add_catalog_items(self, recs: list[Any], pick: Any, embedded: QListWidgetItem) -> None:
+        """One row per planned model (too big: shown, greyed out), the embedded model last; selects the pick."""
+        self._recommendations = recs
         current = embedded
-        for rec in self._recommendations:
+        for rec in recs:
             star = "★ Recommended · " if rec is pick else ""
             kept = partial_bytes(rec.model.repo_id)
             resume = f" · {format_bytes(kept)} already downloaded: resumes" if kept else ""
@@ -156,12 +190,6 @@ class WelcomeDialog(QDialog):
                 current = item
         self.model_list.addItem(embedded)
         self.model_list.setCurrentItem(current)
-        if pick is None:
-            self.reason_label.setText(f"None of the recommended models fits in {gpu.vram_total_bytes / GIB:.1f} GiB "
-                                      "with room to think, so the embedded model is the choice.")
-        else:
-            self.reason_label.setText("Figures are the planner's, before download: vLLM measures the real ones "
-                                      "at start. Models come from the Hugging Face hub.")
 
     # ---- state ---------------------------------------------------------------------------------------
 
@@ -169,7 +197,7 @@ class WelcomeDialog(QDialog):
         return next(self.model_list.item(i) for i in range(self.model_list.count())
                     if self.model_list.item(i).data(ROLE) == key)
 
-    def recommendation(self, repo_id: str) -> Recommendation:
+    def recommendation(self, repo_id: str) -> Recommendation | CpuRecommendation:
         return next(r for r in self._recommendations if r.model.repo_id == repo_id)
 
     @property
@@ -297,7 +325,9 @@ class WelcomeDialog(QDialog):
         self._download_ended()
         rec = self.recommendation(self.download.repo_id) if self.download else None
         self.engine_update = {"model": str(folder), "kv_cache_dtype": self.kv_cache_dtype}
-        if rec is not None:
+        if isinstance(rec, CpuRecommendation):
+            self.engine_update.update(rec.engine_update(downloaded_max_len(folder)))
+        elif rec is not None:
             self.engine_update.update(max_model_len=rec.recommended_context(self.kv_cache_dtype),
                                       gpu_memory_utilization=rec.model.gpu_memory_utilization)
         self.accept()

@@ -54,8 +54,9 @@ class WindowMenus(QObject):
 
     def open_settings(self) -> SettingsDialog:
         window = self.window
-        dialog = SettingsDialog(window.settings, parent=window, keys=window.controller.keys)
+        dialog = SettingsDialog(window.settings, parent=window, keys=window.controller.keys, tools=window.tools)
         dialog.applied.connect(window.apply_settings)
+        dialog.rejected.connect(window.sync_tool_servers)  # servers only tried in the Tools tab end
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The half of the Windows installer that runs inside WSL (install.ps1 and uninstall.ps1 call it through
 # wsl.exe; the Nalar shortcut calls `launch`). Written in bash so that it can be tested on Linux.
-#   usage: inside_wsl.sh check | apt PACKAGE... | copy | clone URL | setup | window-check
+#   usage: inside_wsl.sh check | apt PACKAGE... | copy | clone URL | setup gpu|cpu | window-check
 #          | desktop-entry REPO | remove-desktop-entry | remove-files | remove-user-data | caches
 #          | remove-caches | launch
 # A failed step prints "nalar-problem: ..." and "nalar-fix: ..." on stdout and exits 1; install.ps1 shows
-# them. Lines starting "nalar-" are for install.ps1; the rest is shown as it comes.
+# them. Lines starting "nalar-" are for install.ps1 (check says nalar-engine=gpu|cpu and nalar-need-gb=N);
+# the rest is shown as it comes.
 # Paths the tests point elsewhere: NALAR_OS_RELEASE, NALAR_WSL_LIB, NALAR_WSLG_DIR, NALAR_X11_DIR,
 # NALAR_APT_LOCKS, NALAR_SYSTEM_DATA; NALAR_LOCK_TIMEOUT_S and NALAR_LOCK_POLL_S the lock wait.
 set -euo pipefail
@@ -18,6 +19,10 @@ X11_DIR=${NALAR_X11_DIR:-/tmp/.X11-unix}
 SYSTEM_DATA=${NALAR_SYSTEM_DATA:-/usr/share}  # WSLg reads .desktop files and icons only from system folders
 MIN_UBUNTU=22.04 MIN_PYTHON=3.10 MIN_COMPUTE=7.0  # 20.04 ships Python 3.8; vLLM's kernels need sm_70+
 LINUX_DRIVER_PACKAGES=("nvidia-driver-*" "nvidia-utils-*" "libnvidia-compute-*")
+# Free space the set-up needs on WSL's disk, in GB: PyTorch and vLLM (CUDA: ~10 GB; CPU: ~3 GB), pip's copy
+# of the wheels while it installs, and the first model download.
+NEED_GB_GPU=20 NEED_GB_CPU=10
+ENGINE=""  # check_gpu decides: gpu or cpu
 
 fail() {  # problem, fix
   echo "nalar-problem: $1"
@@ -78,7 +83,21 @@ check_wslg() {
   fi
 }
 
-check_gpu() {
+# The apt-get purge line for the Linux driver packages: each pattern quoted on its own, so apt gets three
+# patterns, not one argument with spaces ("Unable to locate package").
+purge_command() {
+  local command="sudo apt-get purge" pattern
+  for pattern in "${LINUX_DRIVER_PACKAGES[@]}"; do command+=" '$pattern'"; done
+  echo "$command"
+}
+
+cpu_route() {  # why the GPU engine can't run here; the CPU engine is installed instead
+  echo "nalar-warning: $1"
+  echo "nalar-warning: Nalar will use its CPU engine. It will be slow: expect a few tokens per second, with small reasoning models (Qwen3-0.6B, DeepSeek-R1-Distill-Qwen-1.5B), which the first start offers."
+  ENGINE=cpu
+}
+
+check_gpu() {  # sets ENGINE: gpu with an NVIDIA card of compute capability 7.0+, else cpu
   # A Linux NVIDIA driver inside WSL replaces the Windows driver's libcuda and breaks CUDA in WSL.
   local installed
   installed=$(dpkg-query -W -f='${Package} ${Status}\n' "${LINUX_DRIVER_PACKAGES[@]}" 2>/dev/null \
@@ -87,17 +106,17 @@ check_gpu() {
   on_path=$(command -v nvidia-smi || true)
   if [ -n "$installed" ] || { [ -n "$on_path" ] && [ "${on_path#"$WSL_LIB"/}" = "$on_path" ]; }; then
     fail "a Linux NVIDIA driver is installed inside WSL (${installed:-$on_path}); it hides the Windows driver's GPU support." \
-         "Remove it in Ubuntu: sudo apt-get purge '${LINUX_DRIVER_PACKAGES[*]}', then in Windows: wsl --shutdown, and rerun. Only the Windows NVIDIA driver is needed."
+         "Remove it in Ubuntu: $(purge_command), then in Windows: wsl --shutdown, and rerun. Only the Windows NVIDIA driver is needed."
   fi
   local smi="$WSL_LIB/nvidia-smi"
-  if [ ! -x "$smi" ]; then
-    fail "the Windows NVIDIA driver does not reach WSL ($smi is missing)." \
-         "Install the current NVIDIA driver for Windows (it includes WSL support), run wsl --shutdown, and rerun."
+  if [ ! -x "$smi" ]; then  # AMD, Intel, or no NVIDIA driver for Windows
+    cpu_route "No NVIDIA GPU reaches WSL ($smi is missing). If this PC has an NVIDIA card, install its current Windows driver and rerun install.cmd to use it."
+    return
   fi
   local gpus
   if ! gpus=$("$smi" --query-gpu=name,compute_cap --format=csv,noheader 2>&1) || [ -z "$gpus" ]; then
-    fail "nvidia-smi inside WSL sees no GPU it can describe: ${gpus:-no output}." \
-         "Update the NVIDIA driver for Windows (compute capability needs a 2022 or newer driver), run wsl --shutdown, and rerun."
+    cpu_route "nvidia-smi inside WSL sees no GPU it can describe (${gpus:-no output}). To use an NVIDIA card, update its Windows driver (2022 or newer), run wsl --shutdown and rerun install.cmd."
+    return
   fi
   local best="" name cap
   while IFS=, read -r name cap; do
@@ -106,8 +125,18 @@ check_gpu() {
     if [[ "$cap" =~ ^[0-9]+\.[0-9]+$ ]] && at_least "$cap" "$MIN_COMPUTE"; then best=$name; fi
   done <<< "$gpus"
   if [ -z "$best" ]; then
-    fail "no NVIDIA GPU here has compute capability $MIN_COMPUTE or newer, which vLLM needs (GTX 10-series and older have 6.x)." \
-         "Nalar's GPU engine needs an RTX 20-series or newer card. On this PC use the Linux CPU build or a remote backend."
+    cpu_route "No NVIDIA GPU here has compute capability $MIN_COMPUTE or newer, which vLLM's GPU engine needs (GTX 10-series and older have 6.x)."
+    return
+  fi
+  ENGINE=gpu
+}
+
+check_disk() {  # WSL's own file system; install.ps1 checks the Windows drive that holds it
+  local need_gb=$1 free_kb
+  free_kb=$(df -Pk "$HOME" | awk 'NR == 2 {print $4}')
+  if [ -n "$free_kb" ] && [ "$free_kb" -lt $((need_gb * 1000 * 1000)) ]; then
+    fail "only $((free_kb / 1000 / 1000)) GB are free in Ubuntu ($HOME); Nalar's set-up needs about $need_gb GB (PyTorch, vLLM and a model)." \
+         "Free space in Ubuntu (for example: rm -rf ~/.cache/pip) and rerun install.cmd."
   fi
 }
 
@@ -117,6 +146,11 @@ cmd_check() {
   check_python
   check_wslg
   check_gpu
+  local need_gb=$NEED_GB_GPU
+  [ "$ENGINE" = gpu ] || need_gb=$NEED_GB_CPU
+  check_disk "$need_gb"
+  echo "nalar-engine=$ENGINE"
+  echo "nalar-need-gb=$need_gb"
   echo "nalar-home=$HOME"
 }
 
@@ -193,7 +227,29 @@ cmd_copy() {
   rsync -a --delete --exclude .venv --exclude __pycache__ --exclude .pytest_cache "$source/" "$INSTALL_DIR/" \
     || fail "copying $source into $INSTALL_DIR failed (rsync's message is above)." \
             "Check that the folder is readable from Windows and that Ubuntu has free disk space, then rerun."
+  normalise_line_ends "$INSTALL_DIR"
   echo "Copied $source to $INSTALL_DIR"
+}
+
+# A checkout made by Git for Windows before .gitattributes arrived, then updated with `git pull`, keeps CRLF
+# in every file that has not changed since (git rewrites only changed files): bash then fails with
+# "/usr/bin/env: 'bash\r'". What bash and make read in the copy gets LF. Files WSL never runs (.cmd, .ps1)
+# are left alone.
+normalise_line_ends() {
+  local root=$1 path converted=0
+  while IFS= read -r -d '' path; do
+    case "$path" in *.cmd|*.bat|*.ps1) continue ;; esac
+    if [ "${path##*/}" = Makefile ] || [[ "$path" == *.sh || "$path" == *.mk || "$path" == */.ci/run ]] \
+       || [ "$(head -c 2 "$path" | tr -d '\0')" = '#!' ]; then
+      if grep -q $'\r' "$path"; then
+        sed -i 's/\r$//' "$path"
+        converted=$((converted + 1))
+      fi
+    fi
+  done < <(find "$root" \( -name .git -o -name .venv \) -prune -o -type f -print0)
+  if [ "$converted" -gt 0 ]; then
+    echo "Converted $converted scripts from Windows line ends (CRLF) to LF: this checkout predates .gitattributes."
+  fi
 }
 
 cmd_clone() {
@@ -209,8 +265,10 @@ cmd_clone() {
 # ---- setup, the first window, the desktop entry ---------------------------------------------------------
 
 cmd_setup() {
+  local engine=${1:-}
+  case "$engine" in gpu|cpu) ;; *) fail "setup needs the engine: gpu or cpu (got '$engine')." "Rerun install.cmd." ;; esac
   cd "$INSTALL_DIR"
-  NALAR_ENGINE=gpu make setup \
+  NALAR_ENGINE=$engine make setup \
     || fail "make setup failed inside WSL (its message is above)." "Fix what it names and rerun install.cmd: it resumes."
   .venv/bin/python -m app doctor \
     || echo "nalar-warning: nalar doctor reported a problem (above). Nalar is installed; fix that before the first start."
@@ -231,6 +289,8 @@ cmd_window_check() {
 cmd_desktop_entry() {
   # WSLg gives a window its icon from a .desktop file of the same name in /usr/share/applications; it
   # ignores ~/.local/share and draws SVG icons as the penguin, so the icon is rendered to PNG.
+  # NoDisplay=true: WSLg also lists every shown entry there in Windows' Start menu ("Nalar (Ubuntu)"),
+  # beside the shortcut install.ps1 makes; users saw two.
   local repo=$1
   local python="$repo/.venv/bin/python" icon="$SYSTEM_DATA/icons/hicolor/256x256/apps/nalar.png"
   local entry="$SYSTEM_DATA/applications/nalar.desktop"
@@ -257,6 +317,7 @@ Icon=$icon
 Terminal=false
 Categories=Utility;
 StartupWMClass=nalar
+NoDisplay=true
 DESKTOP
   chmod 644 "$entry.tmp"
   mv "$entry.tmp" "$entry"
@@ -305,7 +366,7 @@ main() {
     apt) cmd_apt "$@" ;;
     copy) cmd_copy ;;
     clone) cmd_clone "$1" ;;
-    setup) cmd_setup ;;
+    setup) cmd_setup "${1:-}" ;;
     window-check) cmd_window_check ;;
     desktop-entry) cmd_desktop_entry "$1" ;;
     remove-desktop-entry) remove_checked "$SYSTEM_DATA/applications/nalar.desktop" \

