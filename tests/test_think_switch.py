@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, Sequence
+from typing import Any
 
 import httpx
 
@@ -27,9 +28,10 @@ class RecordingDouble(ScriptedEngineDouble):
         self.samplings: list[SamplingConfig] = []
 
     def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None,
-                 *, ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                 *, ignore_eos: bool = False, resume: Resume | None = None,
+                 **tools: Any) -> AsyncGenerator[EngineEvent, None]:
         self.samplings.append(sampling)
-        return super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
+        return super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume, **tools)
 
 
 def test_the_switch_is_per_chat_stored_and_sent(qtbot, make_window) -> None:
