@@ -24,7 +24,7 @@ def answer_constraint(sampling: SamplingConfig, tool_schema: dict[str, Any] | No
     """What the answer's structured output must be (vLLM's StructuredOutputsParams fields): a forced
     call's schema first, else the request's response_format; None when free."""
     if tool_schema is not None:
-        return {"json": tool_schema}
+        return {"json": tool_schema}  # without free whitespace: EngineHost starts vLLM so
     if sampling.request.json_schema is not None:
         return {"json": sampling.request.json_schema}
     if sampling.request.json_object:
