@@ -204,7 +204,8 @@ class EngineHost(EngineBase):
         # Forced tool calls and JSON answers without free whitespace: small models fill their tokens with
         # newlines inside the JSON otherwise (xgrammar reads this engine-wide, not per request).
         from vllm.config import StructuredOutputsConfig
-        kwargs["structured_outputs_config"] = StructuredOutputsConfig(disable_any_whitespace=True)
+        kwargs["structured_outputs_config"] = StructuredOutputsConfig(backend="xgrammar",
+                                                                       disable_any_whitespace=True)
         if on_cpu:
             kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
         else:
