@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export PYTHON VENV
 
-.PHONY: run test setup setup-test model bench screenshot clean install-desktop uninstall-desktop
+.PHONY: run test test-fast setup setup-test model bench screenshot clean install-desktop uninstall-desktop
 
 # Re-run the set-up when the dependency list changes.
 $(VENV)/.setup-app: pyproject.toml packaging/setup_venv.sh
@@ -25,8 +25,21 @@ model: $(VENV)/.setup-app
 run: setup
 	$(PY) -m app
 
+# The fast tests on TEST_WORKERS processes (pytest-xdist), then the real-engine tests one at a time: on 2 cores
+# they share the machine badly, and each engine start wants both cores. Both runs always happen; the target fails
+# if either failed ("no tests collected" is fine: PYTEST_ARGS may pick files of one kind only).
+TEST_WORKERS ?= 2
+PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+
 test: setup-test
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PYTEST_ARGS)
+	@fast=0; slow=0; \
+	$(PYTEST) -m "not real_engine" -n $(TEST_WORKERS) $(PYTEST_ARGS) || fast=$$?; \
+	$(PYTEST) -m real_engine $(PYTEST_ARGS) || slow=$$?; \
+	for rc in $$fast $$slow; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
+
+# The fast tests alone (a few minutes).
+test-fast: setup-test
+	$(PYTEST) -m "not real_engine" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m app bench engine

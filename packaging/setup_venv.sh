@@ -39,4 +39,22 @@ if [ "$engine" = cpu ]; then
   "$PY" -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 fi
 
+# The CUDA path's rehearsal tests import vLLM's attention backends, which import FlashInfer's Python
+# (no kernels; it imports on a CPU torch). --no-deps: its CUDA dependencies have no use here.
+case ",$extras," in
+  *,test,*) if [ "$engine" = cpu ]; then
+      "$PY" -m pip install --quiet --no-deps "flashinfer-python==0.7.0.post1" \
+        || echo "nalar: flashinfer-python not installed; the CUDA rehearsal tests will skip"
+    fi ;;
+esac
+
 "$PY" -c "import vllm, transformers; print('nalar: vllm', vllm.__version__, '· transformers', transformers.__version__)"
+
+if [ "$engine" = gpu ]; then
+  # FlashInfer ships no kernels: without these, the first start compiles them with nvcc and ninja
+  # (or, without a CUDA toolkit, fails). vLLM's own command installs the precompiled ones.
+  "$VENV/bin/vllm" download-kernels \
+    || echo "nalar: vllm download-kernels failed; Nalar will start without FlashInfer's sampler"
+  # The first-start checklist: driver, CUDA, compiler, Python.h, kernels, free VRAM, each with its fix.
+  "$PY" -m app.commands.doctor --gpu || true
+fi

@@ -28,6 +28,27 @@ def finish_bench(proc: subprocess.Popen[str], timeout: float = 900) -> tuple[str
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def end_group(pgid: int) -> None:
+    """SIGKILL a job's whole process group (EngineCore outlives a killed parent, vllm#55510); gone is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_in_group(args: list[str], timeout: float, **options: object) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` for a command that starts an engine: in its own process group, and the whole group
+    ends however the test goes (run's timeout kills only the child, leaving its EngineCore)."""
+    proc = subprocess.Popen(args, start_new_session=True, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            **options)  # type: ignore[call-overload]
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        end_group(proc.pid)
+        proc.wait(30)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
 def group_processes(pgid: int, grace_s: float = 15.0) -> list[str]:
     """Live processes still in the job's process group (EngineCore included) after ``grace_s``."""
     def members() -> list[psutil.Process]:

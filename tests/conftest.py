@@ -86,7 +86,11 @@ def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         point_xdg_at(tmp_path_factory.mktemp("engine-xdg"), monkeypatch)
         host = EngineHost()
-        host.loop_thread.submit(host.start(EngineConfig(model=str(model), max_model_len=2048))).result(300)
+        try:
+            host.loop_thread.submit(host.start(EngineConfig(model=str(model), max_model_len=2048))).result(300)
+        except BaseException:  # a failed or timed-out start still ends what it began
+            host.close()
+            raise
     yield host
     host.close()
     assert vllm_processes() == [], "vLLM processes survived the engine's shutdown"
@@ -176,6 +180,20 @@ def process_family(pid: int) -> list[tuple[int, float]]:
         try:
             marks.append((proc.pid, proc.create_time()))
         except psutil.NoSuchProcess:
+            continue
+    return marks
+
+
+def started_under(xdg_root: Path) -> list[tuple[int, float]]:
+    """(pid, start time) of live processes whose XDG_CONFIG_HOME lies in ``xdg_root``: a test's own app and
+    its engine processes, found even after a crashed app left its EngineCore re-parented (vllm#55510)."""
+    root = str(xdg_root)
+    marks = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.pid != os.getpid() and proc.environ().get("XDG_CONFIG_HOME", "").startswith(root):
+                marks.append((proc.pid, proc.create_time()))
+        except (psutil.Error, OSError):
             continue
     return marks
 

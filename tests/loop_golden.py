@@ -5,22 +5,43 @@ than the detector's (an exact repeat of 3+ copies over the issue's 64 tokens tha
 phase's end; or a tail chain of 4+ sentences each Jaccard >= 0.6 with one of the next six; or one sentence of
 40+ characters word for word 3+ times among the last 12). A stream
 whose label says it loops is a positive; every other stream is a negative.
+
+The labels the tests use are stored per stream (data/loops/labels.json) and their counts pinned; these rules
+wrote them and import nothing from the detector (app.engine.loop_guard): its own sentence split and word
+trigrams are below. `python -m tests.loop_golden --check-labels` says whether the rules still give the stored labels.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.core.settings import LoopGuardConfig, SamplingConfig
-from app.engine.loop_guard import _BOUNDARY, jaccard, trigrams
 from app.engine.reasoning import ThinkTagSplitter
 from app.engine.stream import Phase, ReplyStream
 
 DATA = Path(__file__).parent / "data" / "loops"
+LABELS = DATA / "labels.json"
+
+# The labeller's own text rules, kept apart from the detector's so a change there can't move the labels.
+SENTENCE_END = re.compile(r"\n|\\n|(?<=[.!?:;])\s")  # a newline (or a JSON string's escaped one), or after . ! ? : ;
+WORD = re.compile(r"[^\W\d_]+|\d+(?:[.,]\d+)*")
+
+
+def trigrams(text: str) -> frozenset[tuple[str, str, str]] | None:
+    """Lower-cased word trigrams, every number read as "#"; None for a sentence of under five letter words."""
+    words = [w if w[0].isalpha() else "#" for w in WORD.findall(text.lower())]
+    if sum(w != "#" for w in words) < 5:
+        return None
+    return frozenset(zip(words, words[1:], words[2:], strict=False))
+
+
+def jaccard(a: frozenset[Any], b: frozenset[Any]) -> float:
+    return len(a & b) / len(a | b) if a or b else 0.0
 
 
 def load(name: str) -> list[dict[str, Any]]:
@@ -100,7 +121,7 @@ def _exact_tail(ids: list[int]) -> tuple[int, int] | None:
 def _drift_label(text: str, ids_count: int, char_to_token: list[int]) -> tuple[int, int] | None:
     segments: list[tuple[int, frozenset[Any]]] = []
     start = 0
-    for match in _BOUNDARY.finditer(text):
+    for match in SENTENCE_END.finditer(text):
         piece = text[start:match.end()]
         grams = trigrams(piece) if len(piece.strip()) >= 20 else None
         if grams:
@@ -130,7 +151,7 @@ def _verbatim_label(text: str, ids_count: int, char_to_token: list[int]) -> tupl
     left alone by design (the guard starts at 256), as is a short list counting on."""
     sentences: list[tuple[int, frozenset[Any]]] = []
     start = 0
-    for match in _BOUNDARY.finditer(text + "\n"):
+    for match in SENTENCE_END.finditer(text + "\n"):
         piece = text[start:match.end()]
         if len(piece.strip()) >= 40 and (grams := trigrams(piece)):
             sentences.append((start, grams))
@@ -144,6 +165,12 @@ def _verbatim_label(text: str, ids_count: int, char_to_token: list[int]) -> tupl
             period = max(1, (ids_count - start_token) // (len(copies) + 1))
             return start_token, period
     return None
+
+
+def stored_labels() -> list[Label | None]:
+    """The labels the tests use, one per stream of ``all_streams()``, in its order."""
+    streams = json.loads(LABELS.read_text(encoding="utf-8"))["streams"]
+    return [None if entry["loop"] is None else Label(**entry["loop"]) for entry in streams]
 
 
 def label(stream: dict[str, Any]) -> Label | None:
@@ -178,9 +205,18 @@ def label(stream: dict[str, Any]) -> Label | None:
 
 
 def main() -> int:
-    """Print the figures docs/BENCHMARKS.md quotes."""
+    """Print the figures docs/BENCHMARKS.md quotes (``--check-labels``: compare the rules with the stored labels)."""
     import statistics
+    import sys
     import time
+
+    if "--check-labels" in sys.argv:
+        differ = [(i, lab, now) for i, (lab, stream) in enumerate(zip(stored_labels(), all_streams(), strict=True))
+                  if (now := label(stream)) != lab]
+        for index, stored, now in differ:
+            print(f"stream {index}: stored {stored}, the rules now give {now}")
+        print(f"{len(differ)} of {len(stored_labels())} labels differ from the stored ones")
+        return 1 if differ else 0
 
     streams = all_streams()
     caught, delays, late, missed, flagged = 0, [], [], [], []

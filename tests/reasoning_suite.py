@@ -105,8 +105,22 @@ def start_from_model(fx: Fixture) -> ThinkStart:
     return think_start_for_model(fx.reference_model, None, thinking_on(fx))
 
 
+def raw_panes(fx: Fixture) -> Panes:
+    """What the panes must show by plain string rules on the raw output (no app code): the think block's text
+    in the thinking pane, all that follows ``</think>`` in the answer pane, call markup included.
+    The exact reference for the cases whose expected content Nalar can't show (tool calls, expected_error)."""
+    stripped = fx.raw_output.lstrip()
+    opened = stripped.startswith(THINK_OPEN)
+    if start_from_prompt(fx) != "open" and not opened:
+        return Panes("", fx.raw_output.strip())
+    body = stripped[len(THINK_OPEN):] if opened else stripped
+    thinking, closed, answer = body.partition(THINK_CLOSE)
+    return Panes(thinking.strip(), answer.strip() if closed else "")
+
+
 def check(fx: Fixture, got: Panes) -> None:
-    """Pass = the expected panes (trimmed), no tag in either; a tool-call case checks what precedes the call."""
+    """Pass = the expected panes (trimmed), no tag in either. A tool-call case (its markup stays in the answer
+    pane) is checked exactly against ``raw_panes``, and its expected thinking, where the suite has one, exactly."""
     gap = tool_call_gap(fx)
     for tag in TAGS:
         if fx.expected and tag in (fx.expected.content or "") + (fx.expected.reasoning_content or ""):
@@ -115,14 +129,15 @@ def check(fx: Fixture, got: Panes) -> None:
         # A tool call's arguments may quote a tag: with the call's markup, it stays in the answer pane.
         assert tag not in got.answer or (gap == TOOL_CALL_GAP and in_call(fx, tag)), (fx.id, tag, got)
     want, have = expected_panes(fx), got.trimmed()
-    if fx.expected is None:  # expected_error: the suite expects no reasoning field, so the thinking isn't compared
-        want = Panes(have.thinking, want.answer)
     if gap is None:
-        assert have == want, fx.id
-    elif gap == CALL_IN_THINK_GAP:
+        assert have == want, f"{fx.id}: panes {have} != expected {want}"
+    elif gap == CALL_IN_THINK_GAP:  # where the call goes depends on the path: what precedes it is checked
         assert have.thinking.startswith(want.thinking) and in_order(want.answer, have.answer), (fx.id, have)
-    else:  # the text around the call is all in the answer pane, in order, with the call's markup among it
-        assert have.thinking == want.thinking and in_order(want.answer, have.answer), (fx.id, have)
+    else:  # the call's markup stays in the answer pane, with the text around it: exact against the raw output
+        if fx.expected is not None:
+            assert have.thinking == want.thinking, f"{fx.id}: thinking {have.thinking!r} != {want.thinking!r}"
+        assert have == raw_panes(fx), f"{fx.id}: panes {have} != the raw output's {raw_panes(fx)}"
+        assert in_order(want.answer, have.answer), (fx.id, have)
 
 
 def in_call(fx: Fixture, tag: str) -> bool:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,10 +49,26 @@ sys.exit(run_job(job, jsonl=sys.argv[2] == "jsonl", as_json=False))
 """
 
 
+STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def end_started_jobs() -> Iterator[None]:
+    """A test that fails before ``finish`` still ends the job it started."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def start(mode: str, output: str = "jsonl") -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-c", JOB, mode, output], cwd=ROOT, env=env, text=True,
+    proc = subprocess.Popen([sys.executable, "-c", JOB, mode, output], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    STARTED.append(proc)
+    return proc
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[list[str], str]:

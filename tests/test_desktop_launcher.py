@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from app.core import paths
-from tests.conftest import end_processes, process_family, require_embedded_model
+from tests.conftest import end_processes, process_family, require_embedded_model, started_under
 from tests.test_faults_real import xvfb_display  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,10 +120,12 @@ def test_the_launchers_exec_line_starts_nalar_and_sigterm_leaves_nothing(xvfb_di
         app.send_signal(signal.SIGTERM)  # what closing the window does; a desktop's logout sends the same
         assert app.wait(60) == 0
     finally:
-        if app.poll() is None:  # failed before its orderly close: end it and its engine, which outlives it
-            left = end_processes(process_family(app.pid))
-            app.wait(30)
-            assert left == [], f"could not end {left}"
+        # Failed before its orderly close, or crashed: end it and its engine, which outlives it (re-parented,
+        # so found by this test's own XDG dir when the app is gone).
+        marks = process_family(app.pid) if app.poll() is None else []
+        left = end_processes(marks + started_under(Path(os.environ["XDG_CONFIG_HOME"])))
+        app.wait(30)
+        assert left == [], f"could not end {left}"
     leftovers = []
     for pid, created in family:
         try:

@@ -109,13 +109,15 @@ def test_long_conversation_drops_oldest_turns_and_too_long_message_is_an_error(r
 
 
 def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> None:
-    """fp8 either runs (AVX-512/AMX here) or is a typed error; a real failed start cleans up."""
+    """fp8 either runs (AVX-512/AMX here) or is a typed error; a real failed start cleans up.
+    Where fp8 can't run, the rest still runs and the test then shows as skipped, with the reason."""
     model = str(require_embedded_model())
     before = child_pids()
     host = EngineHost()
+    fp8_reason = capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware())
     try:
         fp8 = EngineConfig(model=model, kv_cache_dtype="fp8_e4m3", max_model_len=2048)
-        if capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware()):
+        if fp8_reason:
             with pytest.raises(EngineFailure) as caught:
                 host.loop_thread.submit(host.start(fp8)).result(300)
             assert caught.value.kind is FailureKind.KV_DTYPE_UNSUPPORTED
@@ -129,7 +131,8 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
         with pytest.raises(EngineFailure) as caught:
             host.loop_thread.submit(host.start(too_small)).result(300)
         assert caught.value.kind is FailureKind.OUT_OF_MEMORY
-        assert caught.value.fallback == {"max_model_len": 4096}
+        smaller = int(caught.value.fallback["max_model_len"])  # type: ignore[call-overload]
+        assert 256 <= smaller < 8192 and smaller % 256 == 0  # vLLM's own estimate of what fits
         assert vllm_processes(before) == []
 
         ready = host.loop_thread.submit(host.start(EngineConfig(model=model, max_model_len=1024))).result(300)
@@ -141,3 +144,5 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
     finally:
         host.close()
     assert vllm_processes(before) == []
+    if fp8_reason:
+        pytest.skip(f"fp8's real start not checked (its typed refusal and the rest passed): {fp8_reason}")

@@ -77,6 +77,8 @@ def test_bench_measures_auto_and_fp8_and_saves_json_and_png() -> None:
     assert json.loads(saved.read_text())["runs"] == report["runs"]
     assert is_png(Path(report["png"])) and Path(report["png"]).parent == saved.parent
     assert group_processes(proc.pid) == [], "the bench left processes behind"
+    if fp8_reason:
+        pytest.skip(f"the fp8 rows' figures not checked (auto's and fp8's refusal passed): {fp8_reason}")
 
 
 @pytest.mark.real_engine

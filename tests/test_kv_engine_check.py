@@ -128,9 +128,10 @@ def test_the_real_engine_runs_auto_and_fp8_says_why_where_it_cannot() -> None:
     assert [a.leading_tokens for a in agreements(auto, control)] == [len(s.token_ids) for s in auto.streams]
 
     reason = capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware())
-    if reason is not None:  # this machine (AVX2 only): not run, and why
+    if reason is not None:  # an AVX2-only machine: not run, and why; shown as a skip, not a pass
         assert not fp8.supported and fp8.reason == reason and fp8.streams == ()
         assert check.agreements() == []
+        pytest.skip(f"fp8's streams not checked (auto's and fp8's refusal passed): {reason}")
     else:
         assert fp8.supported and len(fp8.streams) == 4
         assert all(0 <= a.leading_tokens <= a.of_tokens for a in check.agreements()) and len(check.agreements()) == 4

@@ -36,6 +36,7 @@ from app.core.kv_quality import (
     run_quality_check,
 )
 from app.engine.orphans import same_process
+from tests.bench_jobs import end_group, run_in_group
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,8 +149,7 @@ def _wide_key_model(target: Path) -> Path:
 
 
 def _run_job(args: list[str], timeout: float = 900) -> tuple[int, list]:
-    proc = subprocess.run([sys.executable, "-m", "app", *args, "--progress-jsonl"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = run_in_group([sys.executable, "-m", "app", *args, "--progress-jsonl"], timeout, cwd=ROOT)
     lines = [line for line in map(parse_job_line, proc.stdout.splitlines()) if line is not None]
     return proc.returncode, lines
 
@@ -209,8 +209,7 @@ def test_calibration_rescues_overflowing_keys_and_vllm_loads_the_scales(tmp_path
     script = tmp_path / "load_in_vllm.py"
     script.write_text(VLLM_LOAD_SCRIPT)
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, str(script), str(out), kv_dtype], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=900)
+    proc = run_in_group([sys.executable, str(script), str(out), kv_dtype], 900, cwd=ROOT, env=env)
     found = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     assert proc.returncode == 0 and found, proc.stderr[-3000:]
     loaded = json.loads(found[0][len("RESULT "):])
@@ -260,17 +259,21 @@ def test_a_sharded_models_index_names_the_scales_file(tmp_path: Path) -> None:
 
 def test_cancel_stops_a_running_check_promptly() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "app", "kv-check", "--progress-jsonl"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     assert proc.stdout is not None
     seen = []
-    for raw in proc.stdout:
-        line = parse_job_line(raw)
-        if line is not None:
-            seen.append(line)
-            if line.event == "progress" and "prompt 1/" in line.message:
-                proc.send_signal(signal.SIGTERM)  # what the app's Cancel sends
-                break
-    rest = proc.communicate(timeout=120)[0]
+    try:
+        for raw in proc.stdout:
+            line = parse_job_line(raw)
+            if line is not None:
+                seen.append(line)
+                if line.event == "progress" and "prompt 1/" in line.message:
+                    proc.send_signal(signal.SIGTERM)  # what the app's Cancel sends
+                    break
+        rest = proc.communicate(timeout=120)[0]
+    finally:  # a failed wait must not leave the check (or its model) running
+        end_group(proc.pid)
+        proc.wait(30)
     final = [line for line in map(parse_job_line, rest.splitlines()) if line is not None]
     assert proc.returncode == 130
     assert final and final[-1].event == "error" and final[-1].message == "Cancelled."

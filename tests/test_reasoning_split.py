@@ -55,8 +55,10 @@ def test_random_text_round_trips_through_any_cut(thought: str, reply: str, cuts:
     stream = f"<think>{thought}</think>{reply}"
     whole = run_split(stream, [], False)
     assert run_split(stream, cuts, False) == whole
-    # Nothing is lost: every character ends up in one pane, tags and the answer's leading newlines aside.
-    assert len(whole.thinking) + len(whole.answer) <= len(stream)
+    # Nothing is lost: the thinking is exactly the text up to the first </think> (a <think> inside it kept),
+    # the answer exactly what follows, its leading newlines aside. (A length bound let dropped text pass.)
+    body, _, after = stream[len("<think>"):].partition("</think>")
+    assert whole == Split(body, after.lstrip("\n"))
 
 
 def test_in_thinking_tracks_the_tags() -> None:

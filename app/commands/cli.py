@@ -70,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     saturation.add_argument("--keep-series", action="store_true", help="also save every cell's per-step series")
     doctor = sub.add_parser("doctor", help="check that Nalar can run here, and with what")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.add_argument("--gpu", action="store_true", help="the GPU engine's first-start checklist, with fixes")
+    doctor.add_argument("--first-start", action="store_true",
+                        help="with --gpu: start the engine once and record each phase's time and ms/token")
     download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable)")
     download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     download.add_argument("--revision", default="main", help="branch, tag or commit")
@@ -94,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             job.add_argument("--out", help="where to write the calibrated folder (default: next to the model)")
     args = parser.parse_args(argv)
     if args.command == "doctor":
+        if args.gpu:
+            from app.commands.gpu_doctor import run_first_start, run_gpu_doctor
+
+            return run_first_start(256) if args.first_start else run_gpu_doctor(args.json)
         from app.commands.doctor import run_doctor
 
         return run_doctor(args.json)

@@ -147,4 +147,8 @@ def run_doctor(as_json: bool) -> int:
 
 
 if __name__ == "__main__":
+    if "--gpu" in sys.argv:  # packaging/setup_venv.sh, before `nalar` is on PATH
+        from app.commands.gpu_doctor import run_gpu_doctor
+
+        sys.exit(run_gpu_doctor("--json" in sys.argv))
     sys.exit(run_doctor("--json" in sys.argv))

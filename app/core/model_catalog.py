@@ -15,7 +15,7 @@ from typing import Any
 
 from app.core import paths
 from app.core.model_folder import folder_problem
-from app.core.planner import GIB, Plan, plan
+from app.core.planner import GIB, Plan, plan, utilization_for_free_vram
 
 # R1-style models think for thousands of tokens before they answer: less context than this is no use.
 MIN_CONTEXT = 8192
@@ -77,19 +77,24 @@ class Recommendation:
                 f"max context {fp8:,} tokens at fp8, {bf16:,} at bf16")
 
 
-def plan_model(model: CatalogModel, vram_total_bytes: int) -> Recommendation:
+def plan_model(model: CatalogModel, vram_total_bytes: int, vram_free_bytes: int | None = None) -> Recommendation:
+    """Planned at the model's memory share, or less where other programs hold VRAM now: vLLM refuses to
+    start unless that share of the total is free (``vram_free_bytes``, from NVML)."""
     config = model.config()
+    share = model.gpu_memory_utilization
+    if vram_free_bytes is not None:
+        share = utilization_for_free_vram(share, vram_free_bytes, vram_total_bytes)
     result = plan(config, model=model.repo_id, weight_bytes=model.weight_bytes,
                   max_model_len=MIN_CONTEXT, kv_dtypes=PLAN_DTYPES, vram_total_bytes=vram_total_bytes,
-                  gpu_memory_utilization=model.gpu_memory_utilization)
+                  gpu_memory_utilization=share)
     limit = result.model_max_len or 1 << 30
     max_context = {row.kv_cache_dtype: min(row.capacity_tokens, limit) for row in result.rows}
     return Recommendation(model, result, max_context["fp8_e4m3"] >= MIN_CONTEXT, max_context)
 
 
-def recommendations(vram_total_bytes: int) -> list[Recommendation]:
-    """Every catalog model, planned for this VRAM, smallest first."""
-    return [plan_model(model, vram_total_bytes) for model in CATALOG]
+def recommendations(vram_total_bytes: int, vram_free_bytes: int | None = None) -> list[Recommendation]:
+    """Every catalog model, planned for this VRAM (and what of it is free), smallest first."""
+    return [plan_model(model, vram_total_bytes, vram_free_bytes) for model in CATALOG]
 
 
 def best(recs: list[Recommendation]) -> Recommendation | None:

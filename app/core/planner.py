@@ -17,10 +17,45 @@ from typing import Any
 GIB = 1 << 30
 BLOCK_SIZE_CPU = 128  # vLLM's CPU backend pages the KV cache in 128-token blocks
 BLOCK_SIZE_GPU = 16
-# vLLM also needs room for activations and CUDA graphs; it profiles them at start.
-# We assume this much before loading, and say so next to every GPU figure.
-GPU_OVERHEAD_BYTES = int(1.5 * GIB)
-GPU_OVERHEAD_FRACTION = 0.04
+# vLLM 0.32 sizes the KV pool as utilization × the CUDA-reported total, minus the weights, the peak of a
+# profiled forward pass (activations at max_num_batched_tokens, plus the sampler's logits), memory outside
+# torch (CUDA context, cuBLAS workspaces) and the CUDA-graph pool it measures. We estimate each term before
+# loading, keep a margin so a planned context fits on the first try, and say so next to every GPU figure.
+CUDA_CONTEXT_BYTES = int(0.6 * GIB)  # non-torch memory vLLM counts (context, cuBLAS/NCCL workspaces)
+CUDA_GRAPH_BYTES = int(0.75 * GIB)  # the graph pool at vLLM's default capture sizes (0 with enforce_eager)
+PROFILE_BATCHED_TOKENS = 8192  # vLLM's default max_num_batched_tokens for an engine it profiles
+PROFILE_SAMPLED_SEQS = 256  # the dummy sampler run's batch (max_num_seqs)
+PLAN_MARGIN_FRACTION = 0.03  # of the budget: vLLM's profile varies by kernel and allocator
+NVML_TO_CUDA_TOTAL = 0.995  # CUDA reports a little less total than NVML (memory the driver reserves)
+FREE_VRAM_MARGIN_BYTES = GIB // 2  # left free beside other programs when the utilization is lowered
+
+
+def activation_bytes(config: dict[str, Any], batched_tokens: int = PROFILE_BATCHED_TOKENS) -> int:
+    """Peak activations of vLLM's profile run: one MLP's gate+up output and a few hidden-size buffers per
+    batched token (bf16), plus fp32 logits for the sampler's dummy batch."""
+    text = config.get("text_config") or {}
+    cfg = {**config, **text}
+    hidden = int(cfg.get("hidden_size") or 4096)
+    intermediate = int(cfg.get("intermediate_size") or 4 * hidden)
+    vocab = int(cfg.get("vocab_size") or 32000)
+    per_token = (2 * intermediate + 4 * hidden) * 2
+    logits = PROFILE_SAMPLED_SEQS * vocab * 4 * 2
+    return batched_tokens * per_token + logits
+
+
+def gpu_overhead_bytes(config: dict[str, Any], budget_bytes: float, enforce_eager: bool = False) -> int:
+    """What vLLM takes from the budget besides weights and KV: activations, non-torch memory, CUDA graphs,
+    and our margin."""
+    graphs = 0 if enforce_eager else CUDA_GRAPH_BYTES
+    return int(activation_bytes(config) + CUDA_CONTEXT_BYTES + graphs + PLAN_MARGIN_FRACTION * budget_bytes)
+
+
+def utilization_for_free_vram(chosen: float, free_bytes: float, total_bytes: float,
+                              margin_bytes: float = FREE_VRAM_MARGIN_BYTES) -> float:
+    """vLLM refuses to start unless free ≥ utilization × total: min(chosen, (free − margin) ÷ total),
+    rounded down to a hundredth, and never below vLLM's smallest useful share."""
+    fits = (free_bytes - margin_bytes) / total_bytes
+    return max(0.06, min(chosen, int(fits * 100) / 100))
 
 KV_ELEMENT_BYTES = {"auto": 2, "bfloat16": 2, "float16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1}
 DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
@@ -176,8 +211,9 @@ def load_model_config(model_dir: Path) -> dict[str, Any]:
 def plan(config: dict[str, Any], *, model: str = "", weight_bytes: int | None = None, max_model_len: int,
          kv_dtypes: tuple[str, ...] = ("auto", "fp8_e4m3"), cpu_kv_pool_bytes: int | None = None,
          vram_total_bytes: int | None = None, gpu_memory_utilization: float = 0.9,
-         bandwidth_gbps: float | None = None, block_size: int | None = None) -> Plan:
-    """Plan the CPU engine (``cpu_kv_pool_bytes``) or a GPU (``vram_total_bytes``).
+         bandwidth_gbps: float | None = None, block_size: int | None = None,
+         enforce_eager: bool = False) -> Plan:
+    """Plan the CPU engine (``cpu_kv_pool_bytes``) or a GPU (``vram_total_bytes``, as NVML reports it).
 
     ``block_size``: the engine's KV block size where it is not vLLM's default for the device.
     """
@@ -193,12 +229,12 @@ def plan(config: dict[str, Any], *, model: str = "", weight_bytes: int | None = 
         assumption = f"CPU engine: a fixed KV pool of {pool / GIB:.2f} GiB, in {block}-token blocks."
     elif vram_total_bytes is not None:
         device, block = "gpu", block_size or BLOCK_SIZE_GPU
-        budget = vram_total_bytes * gpu_memory_utilization
-        overhead = GPU_OVERHEAD_BYTES + GPU_OVERHEAD_FRACTION * vram_total_bytes
+        budget = vram_total_bytes * NVML_TO_CUDA_TOTAL * gpu_memory_utilization
+        overhead = gpu_overhead_bytes(config, budget, enforce_eager)
         pool = int(max(0.0, budget - weight_bytes - overhead))
         assumption = (f"GPU: {gpu_memory_utilization:.0%} of {vram_total_bytes / GIB:.1f} GiB, minus the weights "
-                      f"and an assumed {overhead / GIB:.1f} GiB for activations and CUDA graphs "
-                      "(vLLM measures the real figure at start).")
+                      f"and an assumed {overhead / GIB:.1f} GiB for activations, CUDA context, CUDA graphs and "
+                      "a margin (vLLM measures the real figure at start).")
     else:
         raise ValueError("plan() needs cpu_kv_pool_bytes or vram_total_bytes")
     for kv_dtype in kv_dtypes:

@@ -18,6 +18,12 @@ class FailureKind(enum.Enum):
     UNREACHABLE = "endpoint unreachable"
     UNAUTHORIZED = "API key refused"
     TIMEOUT = "no first token within the budget"
+    START_TIMEOUT = "engine start timed out"
+    DRIVER_TOO_OLD = "NVIDIA driver too old"
+    VRAM_IN_USE = "GPU memory held by other programs"
+    KERNELS_MISSING = "GPU kernels missing"
+    TOOLCHAIN_MISSING = "C compiler or Python headers missing"
+    CONTEXT_TOO_LONG = "context longer than the model's maximum"
 
 
 class EngineFailure(Exception):

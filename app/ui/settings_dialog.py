@@ -36,12 +36,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.embedded_model import embedded_model_dir
+from app.core.fp8_scales import fp8_scales_text
 from app.core.keystore import KeyStore
 from app.core.model_folder import folder_problem, looks_local
-from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder
+from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder, utilization_for_free_vram
 from app.core.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Settings
 from app.engine import capability
 from app.engine.capability import HardwareProbe
+from app.engine.gpu_start import held_by_others
 from app.ui.backends_panel import ApiServerPanel, BackendsPanel
 
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -362,13 +364,16 @@ class SettingsDialog(QDialog):
                                       "once it has been downloaded.</i>")
             return
         dtypes = ("auto", "fp8_e4m3", "fp8_e5m2")
+        vram_note = ""
         try:
             if self.probe.engine_kind == "cuda" and self.probe.gpus:
                 gpu = self.probe.gpus[0]
+                share = utilization_for_free_vram(engine["gpu_memory_utilization"], gpu.vram_free_bytes,
+                                                  gpu.vram_total_bytes)  # what a start now would get
                 result = plan_for_folder(folder, max_model_len=engine["max_model_len"], kv_dtypes=dtypes,
-                                         vram_total_bytes=gpu.vram_total_bytes,
-                                         gpu_memory_utilization=engine["gpu_memory_utilization"],
+                                         vram_total_bytes=gpu.vram_total_bytes, gpu_memory_utilization=share,
                                          bandwidth_gbps=bandwidth_for(gpu.name))
+                vram_note = f"<br>VRAM now{held_by_others(gpu)}." if held_by_others(gpu) else ""
             else:
                 result = plan_for_folder(folder, max_model_len=engine["max_model_len"], kv_dtypes=dtypes,
                                          cpu_kv_pool_bytes=int(engine["cpu_kv_cache_gib"] * GIB))
@@ -393,6 +398,9 @@ class SettingsDialog(QDialog):
         body = "".join(f"<tr><td>{name}</td>{values}</tr>" for name, values in rows)
         weights = f"{result.weight_bytes / GIB:.2f} GiB{' (estimated)' if result.weights_estimated else ''}"
         note = f"<br><i>{result.shape.note}</i>" if result.shape.note else ""
+        note += vram_note
+        if scales := fp8_scales_text(engine["kv_cache_dtype"], folder):
+            note += f"<br>KV cache: {scales}"
         self.planner_view.setHtml(
             f"<table cellspacing=6><tr><th></th>{header}</tr>{body}</table>"
             f"<small>Weights {weights}. {result.assumption}{note}</small>")

@@ -42,6 +42,7 @@ from app.core.hub_download import (
 from app.core.model_catalog import Recommendation, best, recommendations, validate_model_folder
 from app.core.planner import GIB
 from app.engine.capability import HardwareProbe, recommended_kv_dtype
+from app.engine.gpu_start import held_by_others
 
 log = logging.getLogger(__name__)
 EMBEDDED = "embedded"
@@ -135,9 +136,10 @@ class WelcomeDialog(QDialog):
             self.model_list.addItem(embedded)
             self.model_list.setCurrentItem(embedded)
             return
-        self.hardware_label.setText(f"Detected: {gpu.name}, {gpu.vram_total_bytes / GIB:.1f} GiB of VRAM. "
+        self.hardware_label.setText(f"Detected: {gpu.name}, {gpu.vram_total_bytes / GIB:.1f} GiB of VRAM"
+                                    f"{held_by_others(gpu)}. "
                                     f"KV cache: {'FP8' if self.kv_cache_dtype.startswith('fp8') else 'bf16'}.")
-        self._recommendations = recommendations(gpu.vram_total_bytes)
+        self._recommendations = recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes)
         pick = best(self._recommendations)
         current = embedded
         for rec in self._recommendations:
