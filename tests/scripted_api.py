@@ -27,10 +27,12 @@ class WatchedEngine(ScriptedEngineDouble):
         self.ended: dict[str, bool] = {}  # request id → it reached Finished
 
     async def generate(self, messages: Any, sampling: SamplingConfig, request_id: str | None = None, *,
-                       ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Any = None,
+                       tool_choice: Any = None) -> AsyncGenerator[EngineEvent, None]:
         finished = False
         try:
-            async for event in super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume):
+            async for event in super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume,
+                                                tools=tools, tool_choice=tool_choice):
                 finished = finished or isinstance(event, Finished)
                 yield event
         finally:

@@ -43,7 +43,13 @@ def test_a_streamed_loop_is_cut_and_the_stream_says_so(server: LocalApiServer) -
     assert notes[0]["loop_guard_kept_chars"] == len(kept)
 
 
-def test_a_plain_completion_returns_only_what_was_kept(server: LocalApiServer) -> None:
+def test_a_plain_completion_agrees_with_the_stream_and_marks_the_loop(server: LocalApiServer) -> None:
+    """Bug caught: the plain reply cut after the loop's first copy while a stream of the same request had
+    already sent the copies (14 vs 269 characters; canitoolcall's stream-equals-non-stream row). Both now
+    keep what the stream sent, and both say where the guard would cut."""
+    chunks = [json.loads(line[6:]) for line in post(server, stream=True).text.splitlines()
+              if line.startswith("data: {")]
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     message = post(server, stream=False).json()["choices"][0]["message"]
-    assert message["content"] == "".join(INTRO + PASSAGE)
-    assert "cut" in message["loop_guard"]
+    assert message["content"] == streamed and len(streamed) > len("".join(INTRO + PASSAGE))
+    assert "cut" in message["loop_guard"] and message["loop_guard_kept_chars"] == len("".join(INTRO + PASSAGE))

@@ -138,12 +138,12 @@ def test_vllms_backstop_is_set_only_where_the_guard_does_not_act_and_a_resample_
     about to conclude), or off while the guard only warns (an endless loop); a resample with the same
     temperature (it would loop again the same way)."""
     acting = reply_for(SamplingConfig(temperature=0.3), budget=10)
-    assert ReplyRequests.params(acting, 10).repetition_detection is None
+    assert ReplyRequests.params(acting, 10, answer=True).repetition_detection is None
     warning = reply_for(SamplingConfig(loop_guard=LoopGuardConfig(action="warn")), budget=10)
-    backstop = ReplyRequests.params(warning, 10).repetition_detection
+    backstop = ReplyRequests.params(warning, 10, answer=True).repetition_detection
     assert backstop is not None and backstop.min_count == BACKSTOP_COPIES
     acting.stream.resamples = 1
-    hotter = ReplyRequests.params(acting, 10)
+    hotter = ReplyRequests.params(acting, 10, answer=True)
     assert hotter.temperature == max(acting.sampling.loop_guard.resample_temperature, 0.3 + 0.2)
     assert hotter.presence_penalty == 1.0
 
@@ -151,7 +151,7 @@ def test_vllms_backstop_is_set_only_where_the_guard_does_not_act_and_a_resample_
 def test_sampling_and_ignore_eos_reach_vllm() -> None:
     """Bug caught: the user's sampling (or a benchmark's ignore_eos) dropped on the way to SamplingParams."""
     sampling = SamplingConfig(temperature=0.7, top_p=0.9, top_k=20, repetition_penalty=1.1)
-    params = ReplyRequests.params(reply_for(sampling, budget=10, ignore_eos=True), 33)
+    params = ReplyRequests.params(reply_for(sampling, budget=10, ignore_eos=True), 33, answer=True)
     assert (params.temperature, params.top_p, params.top_k, params.repetition_penalty) == (0.7, 0.9, 20, 1.1)
     assert params.ignore_eos and params.max_tokens == 33
 

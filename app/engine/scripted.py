@@ -9,6 +9,7 @@ events, through the same splitter, so the UI cannot tell them apart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
@@ -20,6 +21,7 @@ from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
 from app.engine.reasoning import THINK_CLOSE, ThinkStart, ThinkTagSplitter
 from app.engine.stream import KvFigures, Phase, ReplyStream
+from app.engine.tool_calls import ToolCallGate, ToolOffer, offer_of, vllm_parse
 
 
 @dataclass
@@ -33,6 +35,10 @@ class Script:
     prompt_opened_think: bool = False
     think_start: ThinkStart | None = None  # overrides prompt_opened_think: "closed" plays a thinking-off reply
     trimmed_messages: int = 0  # announce that the oldest messages were left out, as EngineHost does
+
+
+class _TextOnlyTokenizer:
+    """hermes parses text alone; vLLM's ToolParser only insists that some tokenizer is given."""
 
 
 class ScriptedEngineDouble(EngineBase):
@@ -51,6 +57,7 @@ class ScriptedEngineDouble(EngineBase):
         self.starts: list[EngineConfig] = []
         self.requests: list[list[Message]] = []
         self.resumes: list[Resume | None] = []  # each request's ``resume``
+        self.tool_offers: list[ToolOffer | None] = []  # each request's tools and tool_choice
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
         self.config: EngineConfig | None = None
@@ -84,7 +91,20 @@ class ScriptedEngineDouble(EngineBase):
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
                        ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
                        tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
-        """With ``resume``, the script is what the model writes after the kept text (in ``resume.phase``)."""
+        """With ``resume``, the script is what the model writes after the kept text (in ``resume.phase``).
+        With ``tools``, the script's text goes through vLLM's hermes parser as EngineHost's would: a
+        script that writes ``<tool_call>{"name": …, "arguments": …}</tool_call>`` ends in that call."""
+        offer = offer_of(tools, tool_choice)
+        self.tool_offers.append(offer)
+        replies = self._play(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
+        gate = ToolCallGate(offer, vllm_parse("hermes", _TextOnlyTokenizer(), offer)) if offer is not None else None
+        async with contextlib.aclosing(replies):
+            async for event in replies:
+                for out in gate.feed(event) if gate is not None else (event,):
+                    yield out
+
+    async def _play(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                    ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
         rid = request_id or uuid.uuid4().hex[:12]
         self.requests.append(list(messages))
         self.resumes.append(resume)
@@ -99,7 +119,7 @@ class ScriptedEngineDouble(EngineBase):
         start = script.think_start if resume is None else "open" if resume.phase == "thinking" else "closed"
         splitter = ThinkTagSplitter(start=start, prompt_opened_think=script.prompt_opened_think)
         interval = 1.0 / script.tokens_per_second
-        prompt_tokens = sum(len(m["content"].split()) for m in messages)
+        prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
         capacity = self.kv_capacity_tokens
 
         def kv() -> KvFigures:

@@ -252,3 +252,13 @@ class ToolCallGate:
         """What the model wrote after its last call's end marker (thinking that went on)."""
         ends = [text.rfind(end) + len(end) for end in self.ends if end in text]
         return text[max(ends):] if ends else ""
+
+
+def gate_for(parser_name: str, tokenizer: Any, offer: ToolOffer) -> ToolCallGate:
+    """A gate with vLLM's parser ``parser_name``; hermes when that one can't load with this tokenizer
+    (its special tokens are missing from the vocabulary)."""
+    try:
+        return ToolCallGate(offer, vllm_parse(parser_name, tokenizer, offer), parser_name)
+    except Exception as exc:
+        log.warning("tool parser %s failed to load (%s); using %s", parser_name, exc, DEFAULT_PARSER)
+        return ToolCallGate(offer, vllm_parse(DEFAULT_PARSER, tokenizer, offer), DEFAULT_PARSER)

@@ -11,10 +11,19 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AllowInfNan, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, ValidationError
+from pydantic import (
+    AllowInfNan,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
 
 from app.core.conversation import Message
-from app.core.settings import SamplingConfig
+from app.core.settings import RequestControls, SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind
 
 MAX_MESSAGES = 4_096  # more is never needed: the context holds a few hundred turns at most
@@ -43,13 +52,17 @@ class ApiError(Exception):
 
 
 def _text(value: Any) -> str:
-    """Message content as one string: OpenAI allows a string, null, or a list of parts (text parts are kept)."""
+    """Message content as one string: OpenAI allows a string, null, or a list of parts. Text parts are
+    joined; any other part (an image, audio) is refused: this server reads text only."""
     if value is None:
         return ""
     if isinstance(value, list):
         if not all(isinstance(part, dict) for part in value):
             raise ValueError("content parts must be objects such as {\"type\": \"text\", \"text\": \"…\"}")
-        texts = [part.get("text") for part in value if part.get("type", "text") == "text"]
+        others = sorted({str(part.get("type")) for part in value if part.get("type", "text") != "text"})
+        if others:
+            raise ValueError(f"only text parts are supported, not {', '.join(others)}")
+        texts = [part.get("text") for part in value]
         if not all(isinstance(text, str) for text in texts):
             raise ValueError("a text part needs a string 'text'")
         value = "".join(texts)  # type: ignore[arg-type]
@@ -64,13 +77,107 @@ def _text(value: Any) -> str:
 
 FiniteFloat = Annotated[float, AllowInfNan(False)]
 Count = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
+Penalty = Annotated[float, AllowInfNan(False), Field(ge=-2.0, le=2.0)]
+Text = Annotated[str, BeforeValidator(_text)]
 
 
-class ChatMessage(BaseModel):
+class Lenient(BaseModel):
+    """Parts of messages: fields clients echo back (refusal, annotations…) are ignored."""
+
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["system", "user", "assistant"]
-    content: Annotated[str, BeforeValidator(_text)] = ""
+
+class FunctionCall(Lenient):
+    name: str = Field(min_length=1, max_length=256)
+    arguments: str = "{}"
+
+
+class AssistantToolCall(Lenient):
+    id: str = Field(min_length=1, max_length=256)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Text = ""
+    name: str | None = None
+    tool_calls: list[AssistantToolCall] | None = None  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    reasoning: str | None = None  # an assistant's thinking, under vLLM's name…
+    reasoning_content: str | None = None  # …or DeepSeek's; both are accepted
+
+    @model_validator(mode="after")
+    def _shape(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        return self
+
+    def as_message(self) -> Message:
+        """The message as chat templates take it (OpenAI's shape; developer is the system role)."""
+        message: Message = {"role": "system" if self.role == "developer" else self.role, "content": self.content}
+        if self.name:
+            message["name"] = self.name
+        if self.tool_calls:
+            message["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.tool_call_id:
+            message["tool_call_id"] = self.tool_call_id
+        if thinking := self.reasoning_content or self.reasoning:
+            message["reasoning_content"] = thinking  # the name Qwen3's and DeepSeek's templates read
+        return message
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: StrictBool | None = None
+
+
+class ToolSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class NamedFunction(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "answer"
+    description: str | None = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _needs_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type json_schema needs a 'json_schema' object with a 'schema'")
+        return self
 
 
 class StreamOptions(BaseModel):
@@ -88,9 +195,10 @@ class ChatTemplateKwargs(BaseModel):
 
 
 class ChatRequest(BaseModel):
-    """The fields of /v1/chat/completions that Nalar uses; others that clients send are ignored."""
+    """The fields of /v1/chat/completions this server supports. Any other field is refused with a 400
+    naming it (extra="forbid"): a client must not believe a setting took effect when it didn't."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="forbid")
 
     messages: list[ChatMessage]
     model: str | None = None
@@ -98,12 +206,29 @@ class ChatRequest(BaseModel):
     stream_options: StreamOptions | None = None
     temperature: FiniteFloat | None = Field(None, ge=0.0, le=2.0)
     top_p: FiniteFloat | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, strict=True, ge=-1, le=1000)  # -1 and 0: off, as in vLLM
     max_tokens: Count | None = None
     max_completion_tokens: Count | None = None
     chat_template_kwargs: ChatTemplateKwargs | None = None
+    tools: list[ToolSpec] | None = Field(None, max_length=128)
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool | None = None
+    stop: str | list[str] | None = None
+    response_format: ResponseFormat | None = None
+    seed: int | None = Field(None, strict=True, ge=0, lt=2**63)
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    n: Literal[1] | None = None  # one choice per request: more are refused
 
     def chat_messages(self) -> list[Message]:
-        return [{"role": m.role, "content": m.content} for m in self.messages]
+        return [m.as_message() for m in self.messages]
+
+    def tool_list(self) -> list[dict[str, Any]] | None:
+        return [tool.model_dump(exclude_none=True) for tool in self.tools] if self.tools else None
+
+    def tool_choice_value(self) -> str | dict[str, Any] | None:
+        choice = self.tool_choice
+        return choice.model_dump() if isinstance(choice, NamedToolChoice) else choice
 
     def sampling(self, defaults: SamplingConfig) -> SamplingConfig:
         update: dict[str, Any] = {}
@@ -111,6 +236,8 @@ class ChatRequest(BaseModel):
             update["temperature"] = self.temperature
         if self.top_p is not None:
             update["top_p"] = self.top_p
+        if self.top_k is not None:
+            update["top_k"] = max(0, self.top_k)
         if self.chat_template_kwargs is not None and self.chat_template_kwargs.enable_thinking is not None:
             update["thinking"] = self.chat_template_kwargs.enable_thinking  # the Think switch, per request
         limit = self.max_completion_tokens or self.max_tokens
@@ -118,7 +245,18 @@ class ChatRequest(BaseModel):
             # Their limit covers thinking and answer together: split it the way our budget does.
             think = min(defaults.think_budget, limit // 2)
             update["think_budget"], update["max_tokens"] = think, max(1, limit - think)
+        update["request"] = self.controls().model_dump()
         return SamplingConfig.model_validate({**defaults.model_dump(), **update})
+
+    def controls(self) -> RequestControls:
+        form = self.response_format
+        schema = form.json_schema.schema_ if form is not None and form.type == "json_schema" and form.json_schema \
+            else None
+        return RequestControls(
+            stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()), seed=self.seed,
+            presence_penalty=self.presence_penalty or 0.0, frequency_penalty=self.frequency_penalty or 0.0,
+            json_schema=json.dumps(schema) if schema is not None else None,
+            json_object=form is not None and form.type == "json_object")
 
 
 def parse_json(raw: bytes, charset: str | None) -> Any:
@@ -146,12 +284,28 @@ def parse_chat_request(body: Any) -> ChatRequest:
         raise ApiError(400, f"'messages' has {len(request.messages):,} messages; this server takes at most "
                             f"{MAX_MESSAGES:,}. Send the recent ones (older turns would not fit the context).",
                        param="messages", code="too_many_messages")
+    _check_tools_and_stops(request)
     total = sum(len(m.content) for m in request.messages)
     if total > MAX_TOTAL_CHARS:
         raise ApiError(400, f"'messages' holds {total:,} characters; this server takes at most "
                             f"{MAX_TOTAL_CHARS:,}. Send the recent turns only.",
                        param="messages", code="messages_too_long")
     return request
+
+
+def _check_tools_and_stops(request: ChatRequest) -> None:
+    names = [tool.function.name for tool in request.tools or ()]
+    choice = request.tool_choice
+    if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+        raise ApiError(400, f"Invalid 'tool_choice': it names '{choice.function.name[:64]}', which is not among "
+                            "'tools'.", param="tool_choice", code="invalid_value")
+    if choice == "required" and not names:
+        raise ApiError(400, "Invalid 'tool_choice': 'required' needs 'tools'.", param="tool_choice",
+                       code="invalid_value")
+    stops = [request.stop] if isinstance(request.stop, str) else request.stop or []
+    if len(stops) > 16 or not all(stops):
+        raise ApiError(400, "Invalid 'stop': it takes up to 16 non-empty strings.", param="stop",
+                       code="invalid_value")
 
 
 def _validation_error(exc: ValidationError) -> ApiError:
@@ -161,6 +315,9 @@ def _validation_error(exc: ValidationError) -> ApiError:
     if kind == "missing":
         return ApiError(400, f"Missing required parameter: '{param}'.", param=param,
                         code="missing_required_parameter")
+    if kind == "extra_forbidden":
+        return ApiError(400, f"Unsupported parameter: '{param}'. This server does not support it; remove it from "
+                             "the request.", param=param, code="unsupported_parameter")
     message = first["msg"].removeprefix("Value error, ")
     code = "invalid_type" if kind.endswith(("_type", "_parsing")) or kind == "literal_error" else "invalid_value"
     return ApiError(400, f"Invalid '{param}': {message}.", param=param or None, code=code)

@@ -1,8 +1,12 @@
 """LocalApiServer: the loaded engine as an OpenAI-compatible endpoint on 127.0.0.1, for other apps.
 
 Opt-in. It runs on the engine's own loop thread (aiohttp), calls ``engine.generate`` directly,
-and requires a bearer token. Streaming keeps reasoning separate: thinking arrives as
-``reasoning_content`` deltas, the answer as ``content``, as DeepSeek's API does.
+and requires a bearer token. Reasoning stays separate: thinking goes out as ``reasoning`` (vLLM's
+name) and ``reasoning_content`` (DeepSeek's), the answer as ``content``, calls as ``tool_calls``.
+
+A plain reply is what a stream of the same request sends, joined: under the loop guard both keep
+the text sent up to the moment the guard fired, and both mark the loop (``loop_guard``,
+``loop_guard_kept_chars``: where the guard would cut).
 
 Every refusal is an ``ApiError`` (app/server/api_protocol.py) answered in OpenAI's error shape; a
 reply that fails part-way ends as an error in both modes, never as a finished answer.
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import secrets
@@ -25,7 +30,15 @@ from aiohttp.web_exceptions import HTTPException
 
 from app.core.settings import SamplingConfig
 from app.engine.base import EngineBase
-from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, Finished, LoopDetected, ThinkingDelta
+from app.engine.events import (
+    AnswerDelta,
+    EngineErrorEvent,
+    EngineEvent,
+    Finished,
+    LoopDetected,
+    ThinkingDelta,
+    ToolCallDelta,
+)
 from app.server.api_connections import (
     ConnectionGuard,
     GuardedRequestHandler,
@@ -183,7 +196,11 @@ class LocalApiServer:
             raise ApiError(503, "Nalar's engine is not running.", kind=SERVER_ERROR, code="engine_unavailable")
         rid = "api-" + uuid.uuid4().hex[:12]
         # Closing the generator (client gone, or done) aborts the request in the engine.
-        async with contextlib.aclosing(self.engine.generate(chat.chat_messages(), sampling, rid)) as events:
+        replies = self.engine.generate(chat.chat_messages(), sampling, rid, tools=chat.tool_list(),
+                                       tool_choice=chat.tool_choice_value())
+        if chat.parallel_tool_calls is False:
+            replies = _first_call_only(replies)
+        async with contextlib.aclosing(replies) as events:
             try:
                 if chat.stream:
                     return await self._stream(request, events, rid, chat)
@@ -193,15 +210,31 @@ class LocalApiServer:
                 raise
 
     async def _complete(self, request: web.Request, events: Events, rid: str) -> web.Response:
+        thinking: list[str] = []
+        answer: list[str] = []
+        loops: list[LoopDetected] = []
         async for event in events:
             if isinstance(event, EngineErrorEvent):
                 raise engine_error(event.failure)  # even after part of an answer: it is not the answer
-            if isinstance(event, Finished):
+            if isinstance(event, ThinkingDelta):
+                thinking.append(event.text)
+            elif isinstance(event, AnswerDelta):
+                answer.append(event.text)
+            elif isinstance(event, LoopDetected):
+                loops.append(event)
+            elif isinstance(event, Finished):
                 self._check_finished(request, event, rid)
-                message = {"role": "assistant", "content": event.answer_text,
-                           "reasoning_content": event.thinking_text or None}
-                if event.loops:  # the loop guard cut or concluded this reply: say so
-                    message["loop_guard"] = "\n".join(loop.summary() for loop in event.loops)
+                # The texts a stream would have sent, not Finished's (cut at the loop): the two agree.
+                reasoning = "".join(thinking) or None
+                message: dict[str, Any] = {"role": "assistant", "content": "".join(answer) or None,
+                                           "reasoning": reasoning, "reasoning_content": reasoning}
+                if not event.tool_calls and message["content"] is None:
+                    message["content"] = ""
+                if event.tool_calls:
+                    message["tool_calls"] = [call.as_openai() for call in event.tool_calls]
+                if loops:  # the loop guard cut or concluded this reply: say so, and where it cut
+                    message["loop_guard"] = "\n".join(loop.summary() for loop in loops)
+                    message["loop_guard_kept_chars"] = loops[-1].kept_char
                 return web.json_response({
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": self._model_id(),
                     "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(event)}],
@@ -209,7 +242,7 @@ class LocalApiServer:
         raise ApiError(500, "The engine ended the request without a reply.", kind=SERVER_ERROR, code="engine_error")
 
     def _check_finished(self, request: web.Request, finished: Finished, rid: str) -> None:
-        if finished.reason in ("stop", "length", "loop"):
+        if finished.reason in ("stop", "length", "loop", "tool_calls"):
             return
         if request.transport is None or request.transport.is_closing():
             log.info("API client left during %s; aborted", rid)
@@ -226,7 +259,7 @@ class LocalApiServer:
                         raise engine_error(event.failure)  # nothing sent yet: a plain HTTP error
                     await _write_error(response, engine_error(event.failure))
                     return response
-                if not isinstance(event, (ThinkingDelta, AnswerDelta, LoopDetected, Finished)):
+                if not isinstance(event, (ThinkingDelta, AnswerDelta, ToolCallDelta, LoopDetected, Finished)):
                     continue
                 if isinstance(event, Finished):
                     self._check_finished(request, event, rid)
@@ -236,7 +269,10 @@ class LocalApiServer:
                     await response.prepare(request)
                     await response.write(self._chunk(rid, created, {"role": "assistant", "content": ""}))
                 if isinstance(event, ThinkingDelta):
-                    await response.write(self._chunk(rid, created, {"reasoning_content": event.text}))
+                    await response.write(self._chunk(rid, created, {"reasoning": event.text,
+                                                                    "reasoning_content": event.text}))
+                elif isinstance(event, ToolCallDelta):
+                    await response.write(self._chunk(rid, created, {"tool_calls": [_call_delta(event)]}))
                 elif isinstance(event, AnswerDelta):
                     await response.write(self._chunk(rid, created, {"content": event.text}))
                 elif isinstance(event, LoopDetected):  # text already sent past the kept length is to be dropped
@@ -296,7 +332,30 @@ async def _write_error(response: web.StreamResponse, error: ApiError) -> None:
 
 
 def _finish_reason(finished: Finished) -> str:
+    if finished.tool_calls:
+        return "tool_calls"
     return "length" if finished.reason == "length" else "stop"
+
+
+def _call_delta(delta: ToolCallDelta) -> dict[str, Any]:
+    """A tool_calls delta item in OpenAI's streaming shape: id, type and name come with a call's first."""
+    item: dict[str, Any] = {"index": delta.index, "function": {"arguments": delta.arguments_delta}}
+    if delta.id is not None:
+        item["id"], item["type"] = delta.id, "function"
+    if delta.name is not None:
+        item["function"]["name"] = delta.name
+    return item
+
+
+async def _first_call_only(events: Events) -> Events:
+    """parallel_tool_calls false: the reply's first call only."""
+    async with contextlib.aclosing(events):
+        async for event in events:
+            if isinstance(event, ToolCallDelta) and event.index > 0:
+                continue
+            if isinstance(event, Finished) and len(event.tool_calls) > 1:
+                event = dataclasses.replace(event, tool_calls=event.tool_calls[:1])
+            yield event
 
 
 def _usage(finished: Finished) -> dict[str, int]:
