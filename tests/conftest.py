@@ -228,3 +228,23 @@ def end_processes(marks: list[tuple[int, float]], grace_s: float = 10.0) -> list
     while (alive := running(marks)) and time.monotonic() < deadline:
         time.sleep(0.1)  # ok-sleep: polling processes that are not our children to wait on
     return [proc.pid for proc in alive]
+
+
+_EXIT_STATUS: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Last, after the summary: with vLLM imported in this process, leave without the interpreter's teardown,
+    which only prints triton's nanobind leak report (about 30 lines) under the summary."""
+    import sys
+
+    worker = hasattr(config, "workerinput")  # an xdist worker still has its channel to close
+    if _EXIT_STATUS and not worker and ("triton" in sys.modules or "vllm" in sys.modules):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_STATUS[-1])

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import pickle
+import time
 import typing
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
@@ -249,3 +251,44 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+class SpawningScriptedDouble(ScriptedEngineDouble):
+    """A scripted double whose start spawns a process (as vLLM spawns EngineCore), says its pid, then blocks
+    its loop for ever."""
+
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
+        import subprocess
+        import sys
+
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        self._status("loading", f"spawned {child.pid}", 0.5)
+        time.sleep(600)  # blocks the engine loop, as vLLM's from_engine_args does for tens of seconds
+        raise AssertionError("never loads")
+
+
+def serve_spawning_double(conn: Any) -> None:
+    """The engine process's start-up as process_server.serve does it: a process group, ended whole on exit
+    while a start is under way."""
+    os.setpgid(0, 0)
+    process_server.run(conn, SpawningScriptedDouble(), abandon_start=process_server.end_process_group)
+
+
+def test_closing_mid_start_ends_what_the_start_spawned_without_waiting_for_it(caplog: Any) -> None:
+    """Bug caught: close() waited for a start that blocks the engine loop (the grace ran out), and ended only
+    the engine process, so what its start had spawned (EngineCore) was left running, re-parented to init."""
+    import psutil
+
+    statuses: list[StatusChanged] = []
+    engine = EngineProcess(on_status=statuses.append, child_main=serve_spawning_double)
+    start = engine.loop_thread.submit(engine.start(CONFIG))
+    engine.loop_thread.submit(asyncio.wait_for(_until(lambda: any("spawned" in s.message for s in statuses)),
+                                               60)).result(70)
+    grandchild = psutil.Process(int(next(s.message for s in statuses if "spawned" in s.message).split()[-1]))
+    child = psutil.Process(engine.pid or 0)
+    with caplog.at_level(logging.INFO, logger="app.engine.engine_process"):
+        engine.close(timeout=30)
+    assert not _alive(child.pid)
+    assert not _alive(grandchild.pid), "the start's process outlived the engine process"
+    assert "did not end" not in caplog.text, "the engine process waited for its start instead of ending it"
+    assert start.done()

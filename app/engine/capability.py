@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from app.core.settings import Settings
+
 log = logging.getLogger(__name__)
 
 
@@ -143,3 +145,8 @@ def kv_dtype_unsupported_reason(kv_cache_dtype: str, probe: HardwareProbe,
 def recommended_kv_dtype(probe: HardwareProbe) -> str:
     """FP8 (E4M3) where this machine runs it: half the KV bytes per token, twice the context."""
     return "fp8_e4m3" if kv_dtype_unsupported_reason("fp8_e4m3", probe) is None else "auto"
+
+
+def first_run_settings(settings: Settings, probe: HardwareProbe) -> Settings:
+    """What the first start saves (and `nalar doctor` reports before it): the recommended KV dtype."""
+    return settings.with_engine(kv_cache_dtype=recommended_kv_dtype(probe))

@@ -14,28 +14,26 @@ import itertools
 import logging
 import multiprocessing
 import os
+import signal
 import threading
+import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
+from multiprocessing import resource_tracker
 from typing import Any
 
 import psutil
 
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import process_protocol as protocol
-from app.engine import process_server
-from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine import process_server, vllm_logging
+from app.engine.base import SHUTDOWN_GRACE_S, EngineBase, EventSink, Message, Resume, ToolChoice, Tools
+from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, EngineReady, Finished, ThinkingDelta
 from app.engine.orphans import OWNER_ENV, owner_tag, record_engine_processes, same_process
 
 log = logging.getLogger(__name__)
 ChildMain = Callable[[Any], None]  # the child's main, given its end of the pipe
-
-
-def process_gone() -> EngineFailure:
-    return EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
-                         "Restart the engine; the partial answer is kept.")
 
 
 class EngineProcess(EngineBase):
@@ -57,6 +55,8 @@ class EngineProcess(EngineBase):
         self._engine_dead = False
         self._starts = 0  # start requests sent to the current child: its death reports name one
         self._process_gone = False
+        self._spawn_lock = threading.Lock()
+        self._closed = False
         self._handlers: protocol.Handlers = {
             protocol.Event: self._on_event,
             protocol.Status: self._on_status_message,
@@ -73,8 +73,14 @@ class EngineProcess(EngineBase):
     # ---- the pipe -----------------------------------------------------------------------------
 
     def _ensure_process(self) -> None:
-        if self._process is not None and self._process.is_alive() and not self._process_gone:
-            return
+        with self._spawn_lock:  # close() waits for a spawn under way, and none starts after it
+            if self._closed:
+                raise EngineFailure(FailureKind.NOT_READY, "Nalar is closing.", "Start Nalar again.")
+            if self._process is not None and self._process.is_alive() and not self._process_gone:
+                return
+            self._spawn()
+
+    def _spawn(self) -> None:
         self._status("loading", "starting the engine process…", 0.01)
         if self._conn is not None:
             self._conn.close()  # a dead child's end; its reader thread has seen EOF
@@ -82,6 +88,8 @@ class EngineProcess(EngineBase):
         ours, theirs = context.Pipe()
         os.environ[OWNER_ENV] = owner_tag()  # marks the child as ours, should it outlive us (app.engine.orphans)
         process = context.Process(target=self._child_main, args=(theirs,), name="nalar-engine")
+        with vllm_logging.stderr_to_engine_log():  # the resource tracker starts with the first child
+            resource_tracker.ensure_running()
         process.start()
         theirs.close()  # only the child holds its end now: our exit is its EOF
         self._process, self._conn, self._process_gone, self._starts = process, ours, False, 0
@@ -91,11 +99,11 @@ class EngineProcess(EngineBase):
     def _send(self, message: protocol.ToEngineProcess | protocol.Call) -> None:
         with self._send_lock:
             if self._conn is None or self._process_gone:
-                raise process_gone()
+                raise engine_stopped()
             try:
                 self._conn.send(message)
             except (OSError, EOFError, ValueError) as exc:
-                raise process_gone() from exc
+                raise engine_stopped() from exc
 
     def _read(self, conn: Any) -> None:
         """The reader thread: everything from the child goes to the engine loop, in order."""
@@ -141,7 +149,7 @@ class EngineProcess(EngineBase):
         calls, self._calls = self._calls, {}
         for future in calls.values():
             if not future.done():
-                future.set_exception(process_gone())
+                future.set_exception(engine_stopped())
         for queue in self._streams.values():
             queue.put_nowait(None)
 
@@ -196,7 +204,7 @@ class EngineProcess(EngineBase):
                 event = await queue.get()
                 if event is None:  # the child is gone: end the reply as EngineHost does, partial text kept
                     finished = True
-                    yield EngineErrorEvent(rid, process_gone())
+                    yield EngineErrorEvent(rid, engine_stopped())
                     yield Finished(rid, "error", "".join(thinking), "".join(answer))
                     return
                 if isinstance(event, (ThinkingDelta, AnswerDelta)):
@@ -231,29 +239,53 @@ class EngineProcess(EngineBase):
         """Thread-safe read: the child's engine stopped by itself, or the child itself is gone."""
         return self.ready is not None and (self._engine_dead or self._process_gone)
 
-    def close(self, timeout: float = 30.0) -> None:
-        """From any thread but the engine loop: end the engine, the child and anything it left."""
-        process = self._process
+    def close(self, timeout: float = SHUTDOWN_GRACE_S) -> None:
+        """From any thread but the engine loop: end the engine, the child and anything it started.
+
+        Wherever a start is (not spawned yet, importing vLLM, EngineCore starting, weights loading), it is
+        abandoned, not awaited: the child gets ``timeout`` seconds to end by itself, then its process group
+        (the child, EngineCore and its workers, re-parented or not) gets SIGKILL.
+        """
+        with self._spawn_lock:
+            self._closed = True
+            process = self._process
         if process is not None:
-            family = _marks(process.pid) | self._family
             with contextlib.suppress(EngineFailure):
                 self._send(protocol.Exit())
-            process.join(timeout)
-            if process.is_alive():
-                log.warning("the engine process did not end in %.0f s; killing it", timeout)
+            exited = _wait_for_exit(process.pid, timeout)
+            if not exited:  # the designed path when vLLM's own shutdown is slow: not a problem to warn about
+                log.info("the engine process did not end in %.0f s; killing its process group", timeout)
+            if exited is not None:  # not reaped yet, so its pid (the group's id) is still ours
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)  # no such group: the child had not made it yet
                 process.kill()
-            left = [proc for pid, created in family if (proc := same_process(pid, created))]
+            # Earlier children's processes (one replaced after it died), and any that left the group.
+            left = [proc for pid, created in _marks(process.pid) | self._family if (proc := same_process(pid, created))]
             for proc in left:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
-            psutil.wait_procs(left, timeout=5)
             process.join(5)
+            psutil.wait_procs(left, timeout=5)
             self._process_gone = True
             if self._conn is not None:
                 self._conn.close()
             record_engine_processes()
         if self.loop_thread.alive:
             self.loop_thread.stop()
+
+
+def _wait_for_exit(pid: int, timeout: float) -> bool | None:
+    """Wait until our child ``pid`` has exited, without reaping it. None: it was reaped already."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:
+            return None
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def _marks(pid: int) -> set[tuple[int, float]]:

@@ -46,3 +46,10 @@ class EngineFailure(Exception):
 
     def __repr__(self) -> str:
         return f"EngineFailure({self.kind.name}, {self.message!r})"
+
+
+def engine_stopped(*, mid_reply: bool = True) -> EngineFailure:
+    """The engine (its process, or vLLM's EngineCore) stopped by itself: one message, whoever notices."""
+    kept = "the partial answer is kept" if mid_reply else "your conversations are kept"
+    return EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
+                         f"Restart the engine; {kept}.")

@@ -1,4 +1,7 @@
-"""EngineHost: owns vLLM's in-process AsyncLLM on the engine loop thread.
+"""EngineHost: owns vLLM's AsyncLLM (its engine client) on the engine loop thread of the process it runs in.
+
+In the app that is the engine process (app.engine.process_server), a child of the window; benchmarks and
+commands may run it in their own process.
 
 Every ``async def`` here runs on the engine loop. Other threads reach them with
 ``host.loop_thread.submit(...)`` (sync callers) or ``on_engine(...)`` (async
@@ -26,7 +29,7 @@ from app.core.model_folder import folder_problem, looks_local
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine import capability, cpu_runtime, gpu_start, import_warmup, trimming, vllm_logging
 from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import (
     ContextTrimmed,
     EngineErrorEvent,
@@ -78,8 +81,37 @@ def check_model_path(model: str) -> Path | None:
     return path
 
 
+def _engine_arguments(config: EngineConfig, model: str, probe: capability.HardwareProbe,
+                      kv_block_size: int | None) -> dict[str, Any]:
+    """vLLM's engine arguments for this config on this machine."""
+    on_cpu = probe.engine_kind == "cpu"
+    kwargs: dict[str, Any] = dict(
+        model=model,
+        kv_cache_dtype=config.kv_cache_dtype,  # our names are vLLM's ("fp8_e4m3", not the alias "fp8")
+        max_model_len=config.max_model_len,
+        enable_prefix_caching=config.enable_prefix_caching,
+        enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
+        trust_remote_code=config.trust_remote_code,
+    )
+    if kv_block_size:
+        kwargs["block_size"] = kv_block_size
+    # Forced tool calls and JSON answers without free whitespace: small models fill their tokens with
+    # newlines inside the JSON otherwise (xgrammar reads this engine-wide, not per request).
+    from vllm.config import StructuredOutputsConfig
+    kwargs["structured_outputs_config"] = StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
+    if on_cpu:
+        kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
+    else:
+        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
+        kwargs["tensor_parallel_size"] = config.tensor_parallel_size
+    if backend := capability.attention_backend_for(config.kv_cache_dtype, probe):
+        log.info("vLLM is expected to choose the %s attention backend", backend)
+    return kwargs
+
+
 class EngineHost(EngineBase):
-    """The in-process vLLM engine. Construct on any thread; its coroutines run on ``loop_thread``."""
+    """vLLM's engine client, in this process (EngineCore runs in vLLM's own child). Construct on any thread;
+    its coroutines run on ``loop_thread``."""
 
     can_resume = True
 
@@ -130,7 +162,25 @@ class EngineHost(EngineBase):
             await loop.run_in_executor(None, end_orphans)  # it logs what it ends
 
     async def _start(self, config: EngineConfig, kv_block_size: int | None = None) -> EngineReady:
+        """The steps of a start: check and resolve the model, import vLLM, build the engine, read its figures."""
         started = time.perf_counter()
+        config, model, local_path, probe = await self._resolve_model(config)
+        engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
+        # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
+        os.environ[OWNER_ENV] = owner_tag()
+        self._status("loading", "importing vLLM…", 0.15)
+        with import_warmup.engine_loading():  # torch's loading would freeze the window
+            from vllm import AsyncEngineArgs
+        kwargs = _engine_arguments(config, model, probe, kv_block_size)
+        self._status("loading", "loading model… (this takes a while)", 0.2)
+        await self._build_engine(AsyncEngineArgs(**kwargs), config, engine_log, on_cpu=probe.engine_kind == "cpu")
+        self.config = config
+        return self._read_ready(config, model, local_path, started)
+
+    async def _resolve_model(self, config: EngineConfig
+                             ) -> tuple[EngineConfig, str, Path | None, capability.HardwareProbe]:
+        """End a crashed run's leftovers, check the KV dtype here, find the model (the embedded one by default),
+        and on a GPU check the machine and fit the config to the free memory (app.engine.gpu_start)."""
         ended = await asyncio.get_running_loop().run_in_executor(None, end_orphans)
         if ended:
             self._status("loading", f"ended {ended} engine process(es) left by a crashed run", 0.03)
@@ -158,40 +208,12 @@ class EngineHost(EngineBase):
                 self._status("loading", budget.note, 0.06)
             config = budget.config
         os.environ.update(gpu_start.engine_environment(probe))  # EngineCore and its compilers inherit it
+        return config, model, local_path, probe
 
-        engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
-        # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
-        os.environ[OWNER_ENV] = owner_tag()
-        self._status("loading", "importing vLLM…", 0.15)
-        with import_warmup.engine_loading():  # torch's loading would freeze the window
-            from vllm import AsyncEngineArgs
-            from vllm.v1.engine.async_llm import AsyncLLM
+    async def _build_engine(self, engine_args: Any, config: EngineConfig, engine_log: Path, *, on_cpu: bool) -> None:
+        """vLLM's AsyncLLM (it starts EngineCore and loads the weights); its failures become typed ones."""
+        from vllm.v1.engine.async_llm import AsyncLLM
 
-        on_cpu = probe.engine_kind == "cpu"
-        kwargs: dict[str, Any] = dict(
-            model=model,
-            kv_cache_dtype=config.kv_cache_dtype,  # our names are vLLM's ("fp8_e4m3", not the alias "fp8")
-            max_model_len=config.max_model_len,
-            enable_prefix_caching=config.enable_prefix_caching,
-            enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
-            trust_remote_code=config.trust_remote_code,
-        )
-        if kv_block_size:
-            kwargs["block_size"] = kv_block_size
-        # Forced tool calls and JSON answers without free whitespace: small models fill their tokens with
-        # newlines inside the JSON otherwise (xgrammar reads this engine-wide, not per request).
-        from vllm.config import StructuredOutputsConfig
-        kwargs["structured_outputs_config"] = StructuredOutputsConfig(backend="xgrammar",
-                                                                       disable_any_whitespace=True)
-        if on_cpu:
-            kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
-        else:
-            kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
-            kwargs["tensor_parallel_size"] = config.tensor_parallel_size
-        if backend := capability.attention_backend_for(config.kv_cache_dtype, probe):
-            log.info("vLLM is expected to choose the %s attention backend", backend)
-
-        self._status("loading", "loading model… (this takes a while)", 0.2)
         log_offset = vllm_logging.log_size(engine_log)
         self.kv = KvStats()
         children_before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -205,19 +227,19 @@ class EngineHost(EngineBase):
                 self.start_phases = watcher.phases_seen
                 if preloaded:
                     log.info("EngineCore preloads %s", ", ".join(p.name for p in preloaded))
-                self._engine = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs),
-                                                         stat_loggers=[stat_logger_class(self.kv)])
+                self._engine = AsyncLLM.from_engine_args(engine_args, stat_loggers=[stat_logger_class(self.kv)])
         except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
             log.warning("engine start failed: %s", exc)
             raise classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config,
                                          str(engine_log), on_cpu) from exc
         finally:
             self._loading_since_children = None
-
-        self.config = config
         self._engine_processes = [(p.pid, p.create_time()) for p in psutil.Process().children(recursive=True)
                                   if p.pid not in children_before and not _is_resource_tracker(p)]
         record_engine_processes()
+
+    def _read_ready(self, config: EngineConfig, model: str, local_path: Path | None, started: float) -> EngineReady:
+        """The loaded engine's tokenizer, model family and capacity figures (from vLLM's own config)."""
         self._tokenizer = self._engine.get_tokenizer()
         model_type = None
         if local_path is not None:
@@ -433,8 +455,7 @@ class EngineHost(EngineBase):
             raise
         except Exception as exc:  # keep the partial reply: the user sees what arrived
             if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
-                failure = EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
-                                        "Restart the engine; the partial answer is kept.")
+                failure = engine_stopped()
             else:
                 log.exception("request %s failed", rid)
                 failure = EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",

@@ -34,6 +34,13 @@ class EngineLoopThread:
         try:
             self.loop.run_forever()
         finally:
+            # Cancelled, not dropped: a task still pending (an abandoned start's call) ends through its
+            # `finally`s instead of being destroyed pending at exit.
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.wait(pending, timeout=2))
             self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             self.loop.close()
 

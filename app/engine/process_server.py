@@ -55,6 +55,7 @@ class EngineServer:
         self.out = out
         self.starts = 0  # Start messages so far: the engine reports name theirs (a stale one is ignored)
         self.exiting = False
+        self._start: concurrent.futures.Future[Any] | None = None
         self._died_reported = False
         self._streams: dict[str, concurrent.futures.Future[Any]] = {}
         self.handlers: dict[type, Callable[[Any], None]] = {
@@ -96,8 +97,13 @@ class EngineServer:
 
     def start(self, message: protocol.Start) -> None:
         self._died_reported, self.starts = False, self.starts + 1
-        self.reply_when_done(message.call, self.host.loop_thread.submit(
-            self.host.start(message.config, kv_block_size=message.kv_block_size)))
+        self._start = self.host.loop_thread.submit(self.host.start(message.config, kv_block_size=message.kv_block_size))
+        self.reply_when_done(message.call, self._start)
+
+    @property
+    def starting(self) -> bool:
+        """An engine start is under way (vLLM's import or load blocks the engine loop meanwhile)."""
+        return self._start is not None and not self._start.done()
 
     def generate(self, message: protocol.Generate) -> None:
         rid = message.request_id
@@ -137,8 +143,24 @@ def _exit_cleanly(signum: int, frame: Any) -> None:
     raise SystemExit(0)  # in the main thread: the `finally` below ends the engine first
 
 
-def run(conn: Connection, host: Any, extensions: Extensions | None = None) -> None:
-    """Read and dispatch the window's messages until Exit or the pipe closes; then close ``host``."""
+def end_process_group() -> None:
+    """End this process and everything it started, at once: the start's vLLM import or EngineCore included.
+
+    One SIGKILL to the group (serve() made this process its leader), so nothing spawned a moment before is
+    missed, and no EngineCore is left to be re-parented to init (vllm#55510).
+    """
+    log.info("ending while the engine starts: ending the engine process group")
+    logging.shutdown()
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def run(conn: Connection, host: Any, extensions: Extensions | None = None,
+        abandon_start: Callable[[], None] | None = None) -> None:
+    """Read and dispatch the window's messages until Exit or the pipe closes; then close ``host``.
+
+    Ending while a start is under way calls ``abandon_start`` instead (when given): a closing window must not
+    wait for the load, which blocks the engine loop for tens of seconds.
+    """
     out = Outbox(conn)
     host.set_status_sink(lambda event: out.send(protocol.Status(event)) if isinstance(event, StatusChanged) else None)
     server = EngineServer(host, out, extensions)
@@ -151,6 +173,8 @@ def run(conn: Connection, host: Any, extensions: Extensions | None = None) -> No
     except (EOFError, OSError):
         log.warning("the window's end of the engine pipe closed; ending the engine")
     finally:
+        if server.starting and abandon_start is not None:
+            abandon_start()
         server.cancel_streams()
         host.close()
         conn.close()
@@ -159,14 +183,20 @@ def run(conn: Connection, host: Any, extensions: Extensions | None = None) -> No
 def serve(conn: Connection, extensions: Extensions | None = None) -> None:
     """The child's main: run requests until the window says exit or its end of the pipe closes."""
     from app.core.logs import configure_logging
+    from app.engine import vllm_logging
     from app.engine.host import EngineHost
 
+    vllm_logging.configure_vllm_logging()  # rotates the engine log first: the output below keeps the file it opens
+    vllm_logging.send_output_to_engine_log()
+    # A process group of our own: the window can end this process and all it started with one killpg,
+    # even EngineCore once re-parented; and a terminal's Ctrl+C reaches the window only, which then closes.
+    os.setpgid(0, 0)
     configure_logging(console=False)
-    # Ctrl+C in a terminal reaches the whole process group: the window closes, and tells us to exit.
+    logging.captureWarnings(True)  # FutureWarnings and the like: into nalar.log, with the rest of ours
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_cleanly)  # a plain SIGTERM would leave EngineCore running
     try:
-        run(conn, EngineHost(), extensions)
+        run(conn, EngineHost(), extensions, abandon_start=end_process_group)
     finally:
         logging.shutdown()
         # Skip the interpreter's teardown: vLLM is shut down, and tearing down its extension modules only

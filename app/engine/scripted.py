@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
 from app.engine.reasoning import THINK_CLOSE, ThinkStart, ThinkTagSplitter
 from app.engine.stream import KvFigures, Phase, ReplyStream
@@ -31,9 +31,7 @@ class Script:
     deltas: list[str]
     tokens_per_second: float = 200.0
     fail_after: int | None = None  # emit an engine error after this many deltas
-    failure: EngineFailure = field(default_factory=lambda: EngineFailure(
-        FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
-        "Restart the engine; the partial answer is kept."))
+    failure: EngineFailure = field(default_factory=engine_stopped)
     prompt_opened_think: bool = False
     think_start: ThinkStart | None = None  # overrides prompt_opened_think: "closed" plays a thinking-off reply
     trimmed_messages: int = 0  # announce that the oldest messages were left out, as EngineHost does

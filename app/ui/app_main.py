@@ -35,10 +35,10 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
     welcome = False
     if first_run:
         # The KV dtype defaults to fp8 where this machine supports it; saved so Settings shows it.
-        from app.engine.capability import probe_hardware, recommended_kv_dtype
+        from app.engine.capability import first_run_settings, probe_hardware
 
         probe = probe_hardware()
-        settings = settings.with_engine(kv_cache_dtype=recommended_kv_dtype(probe))
+        settings = first_run_settings(settings, probe)
         welcome = offer_welcome(settings, probe)
         if not welcome:
             save_settings(settings)  # with a welcome dialog, the user's choice is saved instead
@@ -81,8 +81,19 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
     _close_on_signals(window)
     with loop:
         loop.run_until_complete(closed.wait())
+        loop.run_until_complete(cancel_pending_tasks())  # an abandoned engine start, a slot mid-await
     window.bridge.close()  # idempotent: the window's closeEvent usually did it already
     return 0
+
+
+async def cancel_pending_tasks(timeout: float = 2.0) -> None:
+    """Cancel every other task on the running loop and let them end, before the loop closes: closed with
+    tasks pending, asyncio reports each destroyed task and qasync disconnects signals of deleted objects."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
 
 
 def offer_welcome(settings: Settings, probe: HardwareProbe) -> bool:

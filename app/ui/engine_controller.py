@@ -19,8 +19,8 @@ from qasync import asyncSlot
 from app.core.keystore import KeyStore
 from app.core.model_families import model_family, with_card_sampling
 from app.core.settings import EngineConfig, Settings, changed, save_settings
-from app.engine.base import EngineBase
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.base import SHUTDOWN_GRACE_S, EngineBase
+from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import EngineErrorEvent
 from app.engine.loop_thread import on_engine
 from app.ui.bridge import EngineBridge
@@ -55,6 +55,7 @@ class EngineController(QObject):
         self._death_reported = False
         self._pending_fallback: dict[str, object] = {}  # the setting that retry() tries
         self._started_config: EngineConfig | None = None  # what the running engine was started with
+        self._start_task: asyncio.Task[None] | None = None
         self._health_timer = QTimer(self)
         self._health_timer.setInterval(HEALTH_POLL_MS)
         self._health_timer.timeout.connect(self.check_engine_health)
@@ -89,8 +90,7 @@ class EngineController(QObject):
         self._death_reported = True
         self.engine_stopped.emit()
         if not self._busy():  # a streaming reply reports the death itself, with its partial text
-            self.report_failure(EngineFailure(FailureKind.ENGINE_DIED, "The engine process stopped unexpectedly.",
-                                              "Restart the engine; your conversations are kept."))
+            self.report_failure(engine_stopped(mid_reply=False))
         self.state_changed.emit()
 
     # ---- engine lifecycle -------------------------------------------------------------------
@@ -103,6 +103,7 @@ class EngineController(QObject):
     async def _start(self, config: EngineConfig) -> bool:
         """Start with ``config``; True once the engine is ready. A failure is reported, not raised."""
         self._death_reported = False
+        self._start_task = asyncio.current_task()
         self.starting.emit()
         started = False
         try:
@@ -210,7 +211,7 @@ class EngineController(QObject):
             await on_engine(server.engine.loop_thread, server.stop())
 
     def close(self) -> None:
-        """Stop the API server and shut the engine down (its processes too); blocks up to ~15 s."""
+        """Stop the API server and shut the engine down (its processes too); blocks a few seconds at most."""
         self.closing = True
         self._health_timer.stop()
         loop_thread = self.bridge.engine.loop_thread
@@ -218,4 +219,6 @@ class EngineController(QObject):
             with contextlib.suppress(Exception):
                 loop_thread.submit(self.api_server.stop()).result(5)
             self.api_server = None
-        self.bridge.close(timeout=10)
+        if self._start_task is not None:
+            self._start_task.cancel()  # an abandoned start is not awaited: engine.close() ends what it spawned
+        self.bridge.close(timeout=SHUTDOWN_GRACE_S)

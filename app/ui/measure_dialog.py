@@ -5,6 +5,7 @@ sweep need the machine to themselves: the chat engine is stopped before them and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
@@ -28,7 +29,8 @@ from app.ui.job_panel import CANCEL_GRACE_S, JobPanel, JobProcess, app_command, 
 from app.ui.saturation_tab import SaturationTab
 
 if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+    from app.ui.chat_session import ChatSession
+    from app.ui.engine_controller import EngineController
 
 __all__ = ["CANCEL_GRACE_S", "JobPanel", "JobProcess", "MeasureDialog", "app_command"]
 
@@ -36,9 +38,14 @@ __all__ = ["CANCEL_GRACE_S", "JobPanel", "JobProcess", "MeasureDialog", "app_com
 class MeasureDialog(QDialog):
     """Engine → Measure FP8…: Benchmark, Quality check and Calibration tabs."""
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window_ = window
+    def __init__(self, controller: EngineController, session: ChatSession,
+                 show_profile: Callable[[dict[str, Any]], None], parent: QWidget | None = None) -> None:
+        """``controller`` pauses the chat engine for a benchmark and applies settings; ``session`` says whether
+        a reply streams; ``show_profile`` shows a measured saturation profile (the gauges)."""
+        super().__init__(parent)
+        self.controller = controller
+        self.session = session
+        self._show_profile = show_profile
         self.setWindowTitle("Measure FP8")
         self.setModal(False)
         self.resize(900, 700)
@@ -57,7 +64,7 @@ class MeasureDialog(QDialog):
         self._build_calibration_tab()
 
     def _model_args(self) -> list[str]:
-        model = self.window_.settings.engine.model
+        model = self.controller.settings.engine.model
         return ["--model", model] if model else []
 
     # ---- benchmark ---------------------------------------------------------------------------
@@ -94,23 +101,22 @@ class MeasureDialog(QDialog):
         self.tabs.addTab(self.bench, "Benchmark")
 
     async def _stop_chat_engine(self, panel: JobPanel) -> bool:
-        window = self.window_
-        if window.streaming:
+        if self.session.streaming:
             panel.show_error("A reply is streaming.", "Stop it (or wait for it), then run the benchmark.")
             return False
         if any(other.running for other in (self.bench, self.saturation.panel) if other is not panel):
             panel.show_error("The other benchmark is running.", "Wait for it (or cancel it), then run this one.")
             return False
-        self._restart_chat_after_bench = window.controller.running
+        self._restart_chat_after_bench = self.controller.running
         if self._restart_chat_after_bench:
             panel.step_label.setText("stopping the chat engine…")
-        await window.controller.pause()
+        await self.controller.pause()
         return True
 
     def _restart_chat_engine(self) -> None:
         if self._restart_chat_after_bench:
             self._restart_chat_after_bench = False
-            self.window_.controller.resume()
+            self.controller.resume()
 
     def _bench_running(self, running: bool) -> None:
         # Applying a setting restarts the chat engine: not while a benchmark has the machine.
@@ -122,7 +128,7 @@ class MeasureDialog(QDialog):
         return self.bench.running or self.saturation.panel.running
 
     def _profile_measured(self, report: dict[str, Any]) -> None:
-        self.window_.gauges.set_saturation_profile(report)
+        self._show_profile(report)
 
     def show_bench(self, data: dict[str, Any]) -> None:
         report = Fp8Report.from_dict(data)
@@ -211,9 +217,8 @@ class MeasureDialog(QDialog):
     # ---- shared ------------------------------------------------------------------------------
 
     def _apply_engine(self, **update: Any) -> None:
-        """Through the window's settings path: saved, and the chat engine restarts on the change."""
-        window = self.window_
-        window.apply_settings(window.settings.with_engine(**update))
+        """Through the one settings path: saved, and the chat engine restarts on the change."""
+        self.controller.apply_settings(self.controller.settings.with_engine(**update))
 
     @property
     def panels(self) -> tuple[JobPanel, ...]:

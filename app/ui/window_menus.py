@@ -80,7 +80,9 @@ class WindowMenus(QObject):
     def open_measure_dialog(self) -> MeasureDialog:
         """Non-modal; one at a time (its jobs own the machine's engine processes)."""
         if self.measure_dialog is None:
-            self.measure_dialog = MeasureDialog(self.window)
+            window = self.window
+            self.measure_dialog = MeasureDialog(window.controller, window.session, window.gauges.set_saturation_profile,
+                                                parent=window)
             self.measure_dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
             self.measure_dialog.destroyed.connect(lambda: setattr(self, "measure_dialog", None))
         self.measure_dialog.show()
