@@ -57,3 +57,25 @@ def test_the_watcher_reports_phases_as_the_log_grows(tmp_path) -> None:
     assert all("CUDA graphs captured" not in line for line, _ in seen), "an earlier start's lines don't count"
     progress = [p for _, p in seen]
     assert progress == sorted(progress)
+
+
+def test_status_is_logged_once_a_step_and_never_as_the_windows_ready_line(caplog) -> None:
+    """Bugs caught: the start's progress ticks (every 0.5 s, elapsed time in the text) each wrote a log line,
+    so nalar.log grew by two lines a second while a model loaded; and the ready status was logged as
+    "engine ready: …", a second copy of the window's own line, which the real-app tests count to know the
+    engine is ready (test_faults_real waited ten minutes for a count of one)."""
+    import logging
+
+    from app.engine.base import EngineBase
+
+    engine = EngineBase()
+    with caplog.at_level(logging.INFO, logger="app.engine.base"):
+        for second in (10, 11, 12):
+            engine._status("loading", f"starting the engine process… {second} s (usually under a minute here)", 0.1)
+        engine._status("loading", "weights loaded… 13 s (usually under a minute here)", 0.5)
+        engine._status("ready", "ready: model · KV auto · 46,592 tokens", 1.0)
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == ["engine status loading: starting the engine process… 10 s (usually under a minute here)",
+                     "engine status loading: weights loaded… 13 s (usually under a minute here)",
+                     "engine status ready: ready: model · KV auto · 46,592 tokens"]
+    assert not any("engine ready:" in line for line in lines)

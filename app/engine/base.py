@@ -46,12 +46,18 @@ class EngineBase:
         self.loop_thread = EngineLoopThread()
         self._on_status = on_status or (lambda event: None)
         self.ready: EngineReady | None = None
+        self._logged_step: tuple[str, str] | None = None
 
     def set_status_sink(self, sink: EventSink) -> None:
         self._on_status = sink
 
     def _status(self, state: Any, message: str, progress: float | None = None) -> None:
-        log.info("engine %s: %s", state, message)  # the log says how far a start got (tests wait on it too)
+        # The log says how far a start got (tests wait on it too): once a step, not at each elapsed-time
+        # tick, and not as "engine ready:", which is the window's own line once the engine is ready.
+        step = (str(state), message.split("…")[0])
+        if step != self._logged_step:
+            self._logged_step = step
+            log.info("engine status %s: %s", state, message)
         self._on_status(StatusChanged(state, message, progress))
 
     async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
