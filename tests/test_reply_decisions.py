@@ -125,6 +125,60 @@ def test_answer_now_and_abort_end_the_think_request() -> None:
     assert stopped.finish == "abort" and stopped.generated_ids == [1]
 
 
+def run_reply(engine: FakeAsyncLLM, reply: LocalReply, resumed_answer: list[int] | None = None) -> list[EngineEvent]:
+    """ReplyRequests.run (both phases) with ``[99]`` as the forced ``</think>``."""
+    requests = ReplyRequests(engine, lambda ids: ids, {}, set(), set())
+    splitter = ThinkTagSplitter(prompt_opened_think=True)
+
+    async def collect() -> list[EngineEvent]:
+        return [event async for event in requests.run(reply, splitter, [99], resumed_answer)]
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, collect()).result(60)
+
+
+def test_thinking_cut_at_the_budget_goes_on_in_an_answer_request_after_a_forced_close() -> None:
+    """Bugs caught: no answer phase after a cut (a reply of thinking only), or its prompt without the kept
+    thinking or the forced </think> (the model would think again, or lose what it thought)."""
+    engine = FakeAsyncLLM([[(f"t{i} ", [100 + i]) for i in range(9)], [("Yes", [7])]])
+    reply = reply_for(QUIET, budget=5)
+    run_reply(engine, reply)
+    assert [vllm_id for _, _, vllm_id in engine.calls] == ["r-think", "r-answer"]
+    assert engine.calls[1][0] == [1, 2, 3, 100, 101, 102, 103, 104, 99]
+    assert reply.stream.texts.answer_text == "Yes"
+
+
+def test_a_reply_that_closed_its_thinking_itself_makes_no_second_request() -> None:
+    """Bug caught: an answer phase after the model already answered (a second answer appended)."""
+    engine = FakeAsyncLLM([[("plan", [5]), ("</think>", [6]), ("Yes", [7])], [("again", [8])]])
+    run_reply(engine, reply_for(QUIET, budget=5))
+    assert [vllm_id for _, _, vllm_id in engine.calls] == ["r-think"]
+
+
+def test_no_answer_request_when_the_thinking_leaves_no_room_or_cannot_conclude() -> None:
+    """Bugs caught: an answer request vLLM would refuse for a full context (the reply must end as
+    "length"), or one after thinking that is not ours to close (a plain reply cut by its budget)."""
+    full = FakeAsyncLLM([[(f"t{i} ", [100 + i]) for i in range(9)], [("Yes", [7])]])
+    crowded = reply_for(QUIET, budget=5, prompt=list(range(2041)), max_model_len=2048)  # 2041 + 5 + 1: room 1
+    run_reply(full, crowded)
+    assert [vllm_id for _, _, vllm_id in full.calls] == ["r-think"] and crowded.finish == "length"
+    plain = FakeAsyncLLM([[(f"t{i} ", [100 + i]) for i in range(9)], [("Yes", [7])]])
+    unclosable = reply_for(QUIET, budget=5)
+    unclosable.can_conclude = False
+    run_reply(plain, unclosable)
+    assert [vllm_id for _, _, vllm_id in plain.calls] == ["r-think"]
+
+
+def test_a_reply_resumed_in_its_answer_goes_straight_to_the_answer_request() -> None:
+    """Bug caught: a resumed answer thinking again, or its prompt without the kept thinking, the forced
+    </think> or the kept answer (the model would repeat itself)."""
+    engine = FakeAsyncLLM([[("more", [8])]])
+    reply = reply_for(QUIET, budget=5)
+    reply.generated_ids = [50, 51]
+    run_reply(engine, reply, resumed_answer=[60])
+    assert [(prompt, vllm_id) for prompt, _, vllm_id in engine.calls] == [([1, 2, 3, 50, 51, 99, 60], "r-answer")]
+
+
 def test_finish_reasons_are_named_from_vllms() -> None:
     """Bug caught: vLLM's repetition backstop or a length stop shown as a normal stop."""
     assert finish_reason(Completion("", [], "length")) == "length"

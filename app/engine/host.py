@@ -41,6 +41,7 @@ from app.engine.kv_stats import KvStats, stat_logger_class
 from app.engine.local_reply import LocalReply, ReplyRequests, answer_constraint, check_seed
 from app.engine.orphans import (
     OWNER_ENV,
+    children_since,
     end_orphans,
     other_owners_recorded,
     owner_tag,
@@ -60,14 +61,6 @@ REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step insi
 FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
 ORPHAN_RECHECK_S = 5.0
 IGNORE_EOS_ENV = "NALAR_IGNORE_EOS"
-
-
-def _is_resource_tracker(proc: psutil.Process) -> bool:
-    """multiprocessing's helper lives as long as we do, not as long as an engine."""
-    try:
-        return "resource_tracker" in " ".join(proc.cmdline())
-    except psutil.Error:
-        return True
 
 
 def check_model_path(model: str) -> Path | None:
@@ -234,8 +227,7 @@ class EngineHost(EngineBase):
                                          str(engine_log), on_cpu) from exc
         finally:
             self._loading_since_children = None
-        self._engine_processes = [(p.pid, p.create_time()) for p in psutil.Process().children(recursive=True)
-                                  if p.pid not in children_before and not _is_resource_tracker(p)]
+        self._engine_processes = [(p.pid, p.create_time()) for p in children_since(children_before)]
         record_engine_processes()
 
     def _read_ready(self, config: EngineConfig, model: str, local_path: Path | None, started: float) -> EngineReady:
@@ -279,8 +271,7 @@ class EngineHost(EngineBase):
         if loading_since is not None:
             # The loop is blocked in from_engine_args, so a shutdown would wait for the whole load.
             # Ending the processes it started makes the load fail now, and the loop free.
-            starting = [p for p in psutil.Process().children(recursive=True)
-                        if p.pid not in loading_since and not _is_resource_tracker(p)]
+            starting = children_since(loading_since)
             log.info("closing while the engine loads: ending %d engine process(es)", len(starting))
             for proc in starting:
                 with contextlib.suppress(psutil.Error):
@@ -383,88 +374,76 @@ class EngineHost(EngineBase):
 
     async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str, ignore_eos: bool,
                         resume: Resume | None, offer: ToolOffer | None = None) -> AsyncGenerator[EngineEvent, None]:
-        """One reply in at most two vLLM requests.
+        """One reply: its prompt and splitter here, its requests by ReplyRequests.run (think, then maybe
+        answer), then exactly one Finished (stop, length, loop, abort, or error with the partial reply kept)."""
+        thinking_on = self._thinking_on(sampling)
+        prompt_ids, dropped = self._reply_prompt(messages, sampling, thinking_on, offer)
+        if dropped:
+            yield ContextTrimmed(rid, dropped)
+        start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
+        splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
+        reply = self._new_reply(rid, sampling, prompt_ids, thinking_on, ignore_eos, offer)
+        close_ids = self._encode(FORCED_THINK_CLOSE)
+        if resume is not None:
+            reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
+            reply.stream.resume_from(resume, len(reply.generated_ids))
+        requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
+        try:
+            resumed_answer = self._encode(resume.answer) if resume is not None and resume.phase == "answer" else None
+            async for event in requests.run(reply, splitter, close_ids, resumed_answer):
+                yield event
+        except asyncio.CancelledError:
+            yield reply.stream.aborted()
+            raise
+        except Exception as exc:  # noqa: BLE001 (logged in _request_failure): keep the partial reply
+            for event in reply.stream.failed(self._request_failure(rid, exc)):
+                yield event
+            return
+        for event in reply.stream.finished(reply.finish):
+            yield event
 
-        1. Think phase: the chat prompt (with ``<think>`` opened when thinking is on) as one request.
-           Its deltas go through the reasoning splitter; the model may close the think block and
-           answer by itself. The request is cut when the thinking reaches ``think_budget`` or the
-           user asks for the answer now.
-        2. Answer phase, only when the think phase ended inside the think block: prompt + the
-           thinking so far + a forced ``</think>``, as a new request (the prefix cache keeps it
-           cheap). All its text is answer.
+    def _thinking_on(self, sampling: SamplingConfig) -> bool:
+        """The family's own thinking, or for a plain model our reasoning prompt if the config asks for it."""
+        assert self.config is not None
+        plain = self._family.thinking == "plain"
+        return sampling.think_budget > 0 and (
+            self._family.thinks(sampling.thinking) or (plain and sampling.thinking and self.config.reasoning_mode))
 
-        The loop guard watches both phases (ReplyStream). A loop in the thinking ends the think
-        request and, by the guard's action, starts it again from the loop's start a little hotter
-        (resample), goes to phase 2 with the thinking kept up to the loop (conclude), or ends the
-        reply (stop). A loop in the answer ends the reply after the loop's first copy.
-
-        A resumed reply starts phase 1 after the kept thinking, or goes straight to phase 2 after the
-        kept thinking and answer.
-
-        Then exactly one Finished (stop, length, loop, abort, or error with the partial reply kept).
-        """
-        from vllm.v1.engine.exceptions import EngineDeadError
-
-        assert self.config is not None and self.ready is not None
-        native = self._family.thinking != "plain"
-        thinking_on = sampling.think_budget > 0 and (
-            self._family.thinks(sampling.thinking) or (not native and sampling.thinking and self.config.reasoning_mode))
-        if thinking_on and not native and not any(m["role"] == "system" for m in messages):
+    def _reply_prompt(self, messages: list[Message], sampling: SamplingConfig, thinking_on: bool,
+                      offer: ToolOffer | None) -> tuple[list[int], int]:
+        """The reply's prompt ids and how many old turns were dropped to leave room for its tokens."""
+        assert self.ready is not None
+        if thinking_on and self._family.thinking == "plain" and not any(m["role"] == "system" for m in messages):
             messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
         budget = sampling.think_budget if thinking_on else 0
         reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
         prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on,
                                               tools=offer.tools if offer is not None else ())
         check_seed(self._engine.vllm_config, sampling, len(prompt_ids))
-        if dropped:
-            yield ContextTrimmed(rid, dropped)
-        start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
-        splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
+        return prompt_ids, dropped
+
+    def _new_reply(self, rid: str, sampling: SamplingConfig, prompt_ids: list[int], thinking_on: bool,
+                   ignore_eos: bool, offer: ToolOffer | None) -> LocalReply:
+        """The reply's state and stream, with this engine's figures."""
         ready = self.ready  # kept: a shutdown mid-reply clears self.ready
-        requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
-        reply = LocalReply(
-            ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
-                        kv_capacity_tokens=ready.kv_capacity_tokens,
-                        kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling),
-            sampling, prompt_ids, budget, ignore_eos, can_conclude=thinking_on,
-            constraint=answer_constraint(sampling, forced_schema(offer) if offer is not None else None),
-            keep_special_tokens=offer is not None)
-        stream = reply.stream
-        close_ids = self._encode(FORCED_THINK_CLOSE)
-        if resume is not None:
-            reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
-            stream.resume_from(resume, len(reply.generated_ids))
-        try:
-            if resume is not None and resume.phase == "answer":
-                answer_prompt = prompt_ids + reply.generated_ids + (close_ids if thinking_on else [])
-                async for event in requests.answer_phase(reply, answer_prompt + self._encode(resume.answer)):
-                    yield event
-            else:
-                async for event in requests.think_phase(reply, splitter):
-                    yield event
-            if (reply.finish not in ("abort", "loop") and thinking_on and (resume is None or resume.phase == "thinking")
-                    and (reply.forced_close or splitter.in_thinking or reply.constraint is not None)):
-                answer_prompt = prompt_ids + reply.generated_ids + close_ids
-                if reply.room(len(answer_prompt)) > 1:
-                    async for event in requests.answer_phase(reply, answer_prompt):
-                        yield event
-                else:
-                    reply.finish = "length"
-        except asyncio.CancelledError:
-            yield stream.aborted()
-            raise
-        except Exception as exc:  # keep the partial reply: the user sees what arrived
-            if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
-                failure = engine_stopped()
-            else:
-                log.exception("request %s failed", rid)
-                failure = EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
-                                        f"Try again; details are in {vllm_logging.engine_log_path()}.")
-            for event in stream.failed(failure):
-                yield event
-            return
-        for event in stream.finished(reply.finish):
-            yield event
+        assert ready is not None
+        stream = ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
+                             kv_capacity_tokens=ready.kv_capacity_tokens,
+                             kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling)
+        return LocalReply(stream, sampling, prompt_ids, sampling.think_budget if thinking_on else 0, ignore_eos,
+                          can_conclude=thinking_on,
+                          constraint=answer_constraint(sampling, forced_schema(offer) if offer is not None else None),
+                          keep_special_tokens=offer is not None)
+
+    def _request_failure(self, rid: str, exc: Exception) -> EngineFailure:
+        """A failed request as a typed failure: a dead engine says so, anything else is logged."""
+        from vllm.v1.engine.exceptions import EngineDeadError
+
+        if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
+            return engine_stopped()
+        log.exception("request %s failed", rid)
+        return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
+                             f"Try again; details are in {vllm_logging.engine_log_path()}.")
 
     def _encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []

@@ -1,7 +1,7 @@
 """One local reply's vLLM requests: the think phase, the answer phase, and what a loop does to them.
 
 EngineHost builds the prompt, the splitter and the ReplyStream; ReplyRequests runs the requests on
-its AsyncLLM and leaves the reply's state in a LocalReply.
+its AsyncLLM (``run``: which phases, in what order) and leaves the reply's state in a LocalReply.
 """
 
 from __future__ import annotations
@@ -136,6 +136,42 @@ class ReplyRequests:
         elif event.outcome in ("stopped", "cut"):
             reply.finish = "loop"
         return event
+
+    async def run(self, reply: LocalReply, splitter: ReasoningSplitter, close_ids: list[int],
+                  resumed_answer: list[int] | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """A reply in at most two vLLM requests; ``close_ids`` is the forced ``</think>``.
+
+        1. Think phase: the chat prompt (with ``<think>`` opened when thinking is on) as one request.
+           Its deltas go through the reasoning splitter; the model may close the think block and
+           answer by itself. The request is cut when the thinking reaches the budget or the user
+           asks for the answer now.
+        2. Answer phase, only when the think phase ended inside the think block (or a constrained
+           answer must follow): prompt + the thinking so far + ``close_ids``, as a new request (the
+           prefix cache keeps it cheap). All its text is answer.
+
+        A loop in the thinking ends the think request and, by the guard's action, starts it again
+        from the loop's start a little hotter (resample), goes to phase 2 with the thinking kept up
+        to the loop (conclude), or ends the reply (stop). A loop in the answer ends the reply after
+        the loop's first copy. A reply resumed in its answer (``resumed_answer``: the kept answer's
+        ids) goes straight to phase 2; one resumed in its thinking starts phase 1 after it.
+        """
+        if resumed_answer is not None:
+            kept = reply.prompt_ids + reply.generated_ids + (close_ids if reply.can_conclude else [])
+            async for event in self.answer_phase(reply, kept + resumed_answer):
+                yield event
+            return
+        async for event in self.think_phase(reply, splitter):
+            yield event
+        if reply.finish in ("abort", "loop") or not reply.can_conclude:
+            return
+        if not (reply.forced_close or splitter.in_thinking or reply.constraint is not None):
+            return  # the model closed its thinking and answered by itself
+        answer_prompt = reply.prompt_ids + reply.generated_ids + close_ids
+        if reply.room(len(answer_prompt)) > 1:
+            async for event in self.answer_phase(reply, answer_prompt):
+                yield event
+        else:
+            reply.finish = "length"
 
     async def think_phase(self, reply: LocalReply, splitter: ReasoningSplitter) -> AsyncGenerator[EngineEvent, None]:
         """Phase 1: think (if on) and maybe answer, until the model stops or the thinking is cut.

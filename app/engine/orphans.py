@@ -85,6 +85,20 @@ def same_process(pid: int, create_time: float) -> psutil.Process | None:
         return None
 
 
+def _is_resource_tracker(proc: psutil.Process) -> bool:
+    """multiprocessing's helper lives as long as we do, not as long as an engine."""
+    try:
+        return "resource_tracker" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return True
+
+
+def children_since(before: set[int]) -> list[psutil.Process]:
+    """This process's children whose pids are not in ``before``: what an engine start added."""
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and not _is_resource_tracker(p)]
+
+
 def tagged_processes(owner: str | None = None) -> list[psutil.Process]:
     """Processes whose environment carries an owner tag (``owner`` to pick one), this one excluded."""
     found = []
