@@ -54,8 +54,8 @@ def test_forced_call_deny_and_timeout_through_the_real_window_engine_and_server(
     def ask(question: str, function: str) -> object:
         session.tool_choice = named(function)
         window.prompt.setPlainText(question)
+        turns = len(session.conversation.turns)  # counted before the send: Return may add the turn at once
         qtbot.keyClick(window.prompt, Qt.Key.Key_Return)
-        turns = len(session.conversation.turns)
         # The first forced reply also builds the structured-output grammar: minutes on a loaded 2-core CPU.
         qtbot.waitUntil(lambda: len(session.conversation.turns) > turns and bool(
             session.awaiting_tools or session.conversation.turns[-1].finish_reason), timeout=420_000)
