@@ -261,9 +261,9 @@ class SpawningScriptedDouble(ScriptedEngineDouble):
         import subprocess
         import sys
 
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # ok-sleep: a stand-in child
         self._status("loading", f"spawned {child.pid}", 0.5)
-        time.sleep(600)  # blocks the engine loop, as vLLM's from_engine_args does for tens of seconds
+        time.sleep(600)  # ok-sleep: blocks the engine loop, as vLLM's from_engine_args does for tens of seconds
         raise AssertionError("never loads")
 
 
