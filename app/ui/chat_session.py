@@ -165,6 +165,7 @@ class ChatSession(QObject):
             self.rename(conversation.title)
         await self._run_reply(conversation)
 
+    @asyncSlot()
     async def regenerate(self) -> None:
         """Answer the last question again; during a tool call, that call is dropped first."""
         conversation = self.conversation
