@@ -205,7 +205,9 @@ def test_a_partial_save_after_a_thinking_loop_keeps_the_thinking_as_the_guard_cu
     loops: list[object] = []
     session.loop_detected.connect(loops.append)
     asyncio.ensure_future(session.send("Pens cost 3 dollars; Tom buys 7 and pays 50. Change?"))
-    qtbot.waitUntil(lambda: session.streaming and session.answer_text.startswith("a0 "), timeout=20_000)
+    # The engine's text runs ahead of the bridge's signals: wait for both.
+    qtbot.waitUntil(lambda: session.streaming and session.answer_text.startswith("a0 ") and bool(loops),
+                    timeout=20_000)
     assert [loop.outcome for loop in loops] == ["concluded"]
     turn = session.conversation.turns[-1]
     kept = "".join(INTRO).rstrip()
