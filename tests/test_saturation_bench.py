@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from app.core.job_lines import parse_job_line
 from app.commands.saturation import WARM_UP
+from app.core.job_lines import parse_job_line
 from app.core.saturation import series_from_dict, summarise_cell
 from app.engine import capability
 from tests.bench_jobs import finish_bench, group_processes, is_png, sigterm_once
