@@ -222,13 +222,13 @@ def make_window(qtbot: object, ui_loop: object) -> Iterator[object]:
         window.show()
         qtbot.waitExposed(window)
         if start:
-            window.start_engine()
+            window.controller.start_engine()
         return window
 
     yield factory
     for window in windows:
         window.close()
-        assert not window.bridge.engine.loop_thread.alive, "the engine thread outlived its window"
+        assert not window.controller.bridge.engine.loop_thread.alive, "the engine thread outlived its window"
     leaked = [w for w in QApplication.topLevelWidgets() if w.isVisible()]
     assert not leaked, f"top-level widgets left open: {leaked}"
 

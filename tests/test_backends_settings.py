@@ -111,8 +111,8 @@ def test_a_remote_profile_added_in_settings_keeps_its_key_out_of_the_file(
         qtbot, make_window, memory_keyring: MemoryKeyring, isolated_dirs: Path, caplog) -> None:
     caplog.set_level(logging.DEBUG)  # the openai and httpx loggers too, at their most talkative
     window = make_window(ScriptedEngineDouble())
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=10_000)
-    dialog = window.open_settings()
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=10_000)
+    dialog = window.menus.open_settings()
     panel = dialog.backends_panel
     panel.add_button.click()
     url = f"http://127.0.0.1:{closed_port()}/v1"
@@ -131,7 +131,8 @@ def test_a_remote_profile_added_in_settings_keeps_its_key_out_of_the_file(
     # The window switched to the remote backend; nothing listens there, and it says so by URL.
     qtbot.waitUntil(window.banner.isVisible, timeout=30_000)
     assert f"Can't reach {url} (profile “gpu-box”)." in window.banner.text()
-    assert isinstance(window.bridge.engine, RemoteEngine) and window.bridge.engine._api_key == SECRET
+    engine = window.controller.bridge.engine
+    assert isinstance(engine, RemoteEngine) and engine._api_key == SECRET
     window.close()
     assert SECRET not in settings_path().read_text()
     assert SECRET not in everything_written(isolated_dirs), "not in settings, history or log files"
@@ -162,10 +163,10 @@ def test_the_api_server_from_settings_answers_with_its_token_and_shows_url_and_t
         qtbot, make_window, memory_keyring, isolated_dirs: Path) -> None:
     engine = ScriptedEngineDouble([Script(["<think>scripted thought</think>", "scripted answer"])])
     window = make_window(engine)
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=10_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=10_000)
     assert window.controller.api_server is None, "off by default"
     port = free_port()
-    dialog = window.open_settings()
+    dialog = window.menus.open_settings()
     panel = dialog.api_server_panel
     panel.enabled.setChecked(True)
     panel.port.setValue(port)
@@ -176,7 +177,7 @@ def test_the_api_server_from_settings_answers_with_its_token_and_shows_url_and_t
     assert QGuiApplication.clipboard().text() == token
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
     qtbot.waitUntil(lambda: window.controller.api_server is not None, timeout=10_000)
-    assert window.api_label.text() == f"API: http://127.0.0.1:{port}/v1"
+    assert window.status_bar.api_label.text() == f"API: http://127.0.0.1:{port}/v1"
     assert load_settings()[0].api_server == ApiServerConfig(enabled=True, port=port)
 
     reply = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token, max_retries=0).chat.completions.create(
@@ -286,15 +287,15 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     keys.set(profile_entry("gpu-box"), "sk-old")
     settings = Settings(backends=BackendsConfig(profiles=(profile,), active="gpu-box"))
     window = make_window(build_engine(settings.backends, keys), settings, start=False, keys=keys)
-    assert window.bridge.engine._api_key == "sk-old"
+    assert window.controller.bridge.engine._api_key == "sk-old"
 
-    dialog = window.open_settings()
+    dialog = window.menus.open_settings()
     qtbot.keyClicks(dialog.backends_panel.key_edit, SECRET)
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
-    qtbot.waitUntil(lambda: getattr(window.bridge.engine, "_api_key", None) == SECRET, timeout=10_000)
+    qtbot.waitUntil(lambda: getattr(window.controller.bridge.engine, "_api_key", None) == SECRET, timeout=10_000)
     qtbot.waitUntil(window.banner.isVisible, timeout=10_000)  # the new engine tried its closed port
 
-    dialog = window.open_settings()
+    dialog = window.menus.open_settings()
     panel = dialog.backends_panel
     panel.name_edit.setText("")
     qtbot.keyClicks(panel.name_edit, "big-box")
@@ -302,10 +303,10 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     panel.remove_button.click()  # removes the new, unsaved one
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
     assert memory_keyring.passwords == {(SERVICE, "profile:big-box"): SECRET}
-    qtbot.waitUntil(lambda: getattr(window.bridge.engine, "backend_name", "") == "big-box", timeout=10_000)
+    qtbot.waitUntil(lambda: getattr(window.controller.bridge.engine, "backend_name", "") == "big-box", timeout=10_000)
     qtbot.waitUntil(lambda: "profile “big-box”" in window.banner.text(), timeout=10_000)
 
-    dialog = window.open_settings()
+    dialog = window.menus.open_settings()
     panel = dialog.backends_panel
     panel.add_button.click()  # "remote-1", on the same closed port
     panel.url_edit.setText("")
@@ -316,5 +317,5 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
     assert memory_keyring.passwords == {}, "a removed profile's key leaves the keyring"
     assert [p.name for p in load_settings()[0].backends.profiles] == ["remote-1"]
-    qtbot.waitUntil(lambda: getattr(window.bridge.engine, "backend_name", "") == "remote-1", timeout=10_000)
+    qtbot.waitUntil(lambda: getattr(window.controller.bridge.engine, "backend_name", "") == "remote-1", timeout=10_000)
     qtbot.waitUntil(lambda: "profile “remote-1”" in window.banner.text(), timeout=10_000)  # its start is over

@@ -193,3 +193,27 @@ def test_continue_anyway_without_a_cut_asks_again_with_the_guard_off(qtbot, make
     finished = continue_anyway(qtbot, session)
     assert session.controller.bridge.engine.resumes[-1] is None
     assert finished.loops == () and finished.answer_text == "4" and len(session.conversation.turns) == 1
+
+
+def test_a_partial_save_after_a_thinking_loop_keeps_the_thinking_as_the_guard_cut_it(qtbot, make_session) -> None:
+    """Bug caught: the session kept its own copy of the reply from the deltas and cut only a looping answer, so
+    a partial save (and a close mid-reply) after the guard cut a thinking loop stored the copies it had removed:
+    after a crash, the history showed the loop the guard had cut."""
+    answer = [f"a{i} " for i in range(4000)]
+    looping = Script(["<think>", *INTRO, *PASSAGE * 40, "</think>", *answer], tokens_per_second=1000)
+    session = make_session(looping, sampling=GUARDED)
+    loops: list[object] = []
+    session.loop_detected.connect(loops.append)
+    asyncio.ensure_future(session.send("Pens cost 3 dollars; Tom buys 7 and pays 50. Change?"))
+    # The engine's text runs ahead of the bridge's signals: wait for both.
+    qtbot.waitUntil(lambda: session.streaming and session.answer_text.startswith("a0 ") and bool(loops),
+                    timeout=20_000)
+    assert [loop.outcome for loop in loops] == ["concluded"]
+    turn = session.conversation.turns[-1]
+    kept = "".join(INTRO).rstrip()
+    session.save_partial()
+    row = session.history.message_row(turn.message_id)
+    assert row["thinking_text"] == kept and row["answer_text"].startswith("a0 ")
+    session.close()
+    row = session.history.message_row(turn.message_id)
+    assert row["finish_reason"] == "abort" and row["thinking_text"] == turn.thinking == kept

@@ -37,7 +37,7 @@ def test_cpu_first_run_downloads_a_reasoning_model_and_starts_the_real_engine_on
     with LocalHub([HubRepo.from_folder(STAND_IN, require_embedded_model())]) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         window = make_window(EngineHost(), Settings(), start=False)  # what app_main does on a first run
-        dialog = window.open_model_chooser(first_run=True)
+        dialog = window.menus.open_model_chooser(first_run=True)
         item = dialog.item_for(STAND_IN)
         dialog.model_list.setCurrentItem(item)
         assert "tok/s" in item.text() and "Think switch" in item.text()
@@ -49,14 +49,14 @@ def test_cpu_first_run_downloads_a_reasoning_model_and_starts_the_real_engine_on
         assert [r.status for r in hub.file_requests("model.safetensors")] == [200]
     folder = download_dir(STAND_IN)
     assert is_complete(folder)
-    engine = window.settings.engine
+    engine = window.controller.settings.engine
     assert engine.model == str(folder) and engine.kv_cache_dtype == dialog.kv_cache_dtype
     assert engine.max_model_len == 8192, "capped by the downloaded config.json, not Qwen3's 40,960"
     assert engine.cpu_kv_cache_gib == rec.kv_pool_bytes / GIB
-    sampling = window.settings.sampling
+    sampling = window.controller.settings.sampling
     assert (sampling.temperature, sampling.top_p, sampling.top_k) == (0.6, 0.95, 20), "Qwen3's card, thinking"
     assert load_settings()[0].engine == engine, "saved: the next start doesn't ask again"
-    qtbot.waitUntil(lambda: window.engine_ready, timeout=600_000)  # a limit, not a speed claim
-    assert window.bridge.ready is not None and window.bridge.ready.model == str(folder)
+    qtbot.waitUntil(lambda: window.controller.engine_ready, timeout=600_000)  # a limit, not a speed claim
+    assert window.controller.bridge.ready is not None and window.controller.bridge.ready.model == str(folder)
     window.close()
     assert vllm_processes(before) == [], "the engine's processes ended with the window"

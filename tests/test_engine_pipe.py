@@ -32,6 +32,7 @@ from app.engine.events import (
     EngineEvent,
     EngineReady,
     Finished,
+    LoopDetected,
     StatusChanged,
 )
 from app.engine.scripted import Script, ScriptedEngineDouble
@@ -292,3 +293,60 @@ def test_closing_mid_start_ends_what_the_start_spawned_without_waiting_for_it(ca
     assert not _alive(grandchild.pid), "the start's process outlived the engine process"
     assert "did not end" not in caplog.text, "the engine process waited for its start instead of ending it"
     assert start.done()
+
+
+# ---- a child that dies mid-reply: what the window keeps of the reply -----------------------------------
+
+WORDS = [f"word{i} " for i in range(300)]
+PASSAGE = ["So ", "the ", "pens ", "cost ", "21 ", "dollars ", "again, ", "so "]
+GUARDED = SamplingConfig(think_budget=1024, max_tokens=512)  # the default loop guard, from token 256
+
+
+class DyingScriptedDouble(ScriptedEngineDouble):
+    """"loop": an answer that loops (the guard cuts it), and the process dies right after the cut is sent.
+    "resume": a reply that goes on after kept text, and the process dies after its first new words."""
+
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                       ignore_eos: bool = False, resume: Resume | None = None,
+                       tools: list[dict[str, Any]] | None = None,
+                       tool_choice: str | dict[str, Any] | None = None) -> AsyncGenerator[EngineEvent, None]:
+        looping = messages[-1]["content"] == "loop"
+        self.scripts.append(Script([*WORDS, *PASSAGE * 40], think_start="closed", tokens_per_second=4000)
+                            if looping else Script(["and ", "more ", "words."], think_start="closed"))
+        async for event in super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume):
+            yield event  # sent to the window before the next event is asked for
+            if isinstance(event, LoopDetected) or (not looping and isinstance(event, AnswerDelta)):
+                os._exit(3)
+
+
+def serve_dying_double(conn: Any) -> None:
+    process_server.run(conn, DyingScriptedDouble())
+
+
+def test_a_reply_whose_process_dies_keeps_its_text_as_the_engine_kept_it() -> None:
+    """Bug caught: the window's side kept its own copy of the reply by appending deltas, so a child that died
+    after the loop guard cut the answer ended the reply with the looped copies the guard had removed, and a
+    continued reply ("Continue anyway") that died lost the kept text it went on from."""
+    engine = EngineProcess(child_main=serve_dying_double)
+
+    async def reply(text: str, resume: Resume | None = None) -> list[EngineEvent]:
+        return [event async for event in engine.generate([{"role": "user", "content": text}], GUARDED,
+                                                          resume=resume)]
+
+    def run(coro: Any) -> Any:
+        return engine.loop_thread.submit(coro).result(60)
+
+    try:
+        run(engine.start(CONFIG))
+        events = run(reply("loop"))
+        cut = next(event for event in events if isinstance(event, LoopDetected))
+        assert cut.outcome == "cut" and isinstance(events[-1], Finished) and events[-1].reason == "error"
+        kept = "".join(WORDS + PASSAGE)
+        assert events[-1].answer_text == kept, "the answer as the guard cut it, not every delta that came"
+        run(engine.start(CONFIG))  # a fresh child
+        events = run(reply("resume", Resume("answer", "thought", kept)))
+        assert isinstance(events[-1], Finished) and events[-1].reason == "error"
+        assert (events[-1].thinking_text, events[-1].answer_text) == ("thought", kept + "and ")
+        assert engine.reply_so_far(events[-1].request_id) is None, "nothing kept once the reply has ended"
+    finally:
+        engine.close(timeout=10)

@@ -3,6 +3,7 @@ remote endpoints on 127.0.0.1 (a closed port, a listener that never answers, one
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -98,6 +99,31 @@ def test_an_error_after_the_first_token_keeps_the_partial_reply(engines) -> None
     assert isinstance(events[-2], EngineErrorEvent)
     assert events[-1].reason == "error" and events[-1].answer_text == "partial "
     assert fallback.requests == []
+
+
+def test_the_reply_so_far_is_the_answering_backends_alone(engines) -> None:
+    """Bug caught: after a failover the window read a reply's text from an engine that does not write it (none:
+    partial saves stop for every reply on a failover engine, so a crash loses it), or from both backends
+    (the primary's start and the fallback's reply saved as one text)."""
+    broken = Script(["never sent"], fail_after=0, failure=EngineFailure(
+        FailureKind.OUT_OF_MEMORY, "Out of memory.", "Lower the context length."))
+    words = [f"w{i} " for i in range(400)]
+    fallback = Named("gpu-box", [Script(["<think>fallback thinks</think>", *words], tokens_per_second=200)])
+    engine = failover(engines, Named("local", [broken]), fallback, budget=5)
+    events: list[EngineEvent] = []
+    reply = engine.loop_thread.submit(engine.stream_to(events.append, [{"role": "user", "content": "hi"}],
+                                                       SamplingConfig(), "r1"))
+
+    async def until_some_answer() -> tuple[str, str, bool]:
+        while (texts := engine.reply_so_far("r1")) is None or not texts.answer_text:
+            await asyncio.sleep(0.02)
+        return texts.thinking_text, texts.answer_text, texts is fallback.reply_so_far("r1")
+
+    thinking, answer, same = engine.loop_thread.submit(until_some_answer()).result(30)
+    assert thinking == "fallback thinks" and answer.startswith("w0 ") and same
+    finished = reply.result(30)
+    assert finished is not None and finished.answer_text == "".join(words)
+    assert engine.reply_so_far("r1") is None, "nothing kept once the reply has ended"
 
 
 def test_a_primary_that_failed_to_start_leaves_the_fallback_serving(engines) -> None:

@@ -38,10 +38,10 @@ def test_bad_model_path_is_named_and_the_app_stays_usable(qtbot, make_window, tm
     assert str(folder) in window.banner.text()
     assert {"missing": "does not exist", "not a model": "no config.json",
             "broken config": "is broken"}[kind] in window.banner.text()
-    assert not window.send_button.isEnabled()
+    assert not window.controls.send_button.isEnabled()
     window.conversation_list.new_button.click()  # still usable
     assert window.conversation_list.count() == 2
-    dialog = window.open_settings()
+    dialog = window.menus.open_settings()
     assert "not a model folder" in dialog.errors[("engine", "model")].text() or kind == "broken config"
     dialog.reject()
 
@@ -86,33 +86,34 @@ def test_no_memory_retry_engine_killed_restart_and_close_mid_reply(qtbot, make_w
     smaller = int(action[1])  # vLLM's own estimate of what fits, in 256-token steps
     assert 256 <= smaller < 8192
     window.banner.action.click()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=300_000)
-    assert window.settings.engine.max_model_len == smaller
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=300_000)
+    assert window.controller.settings.engine.max_model_len == smaller
     assert load_settings()[0].engine.max_model_len == smaller, "the fix that worked is saved"
 
     # 2. EngineCore killed mid-reply: the UI says so, keeps the partial reply, and restarts.
     secret = "zebra-cobalt-7319"
     monkeypatch.setenv("NALAR_IGNORE_EOS", "1")  # mid-reply steps: still streaming when the test acts
     window.send(f"Tell me a story about {secret}.")
-    qtbot.waitUntil(lambda: window.streaming and len(window.thinking_pane.text()) > 10, timeout=60_000)
+    qtbot.waitUntil(lambda: window.session.streaming and len(window.chat_view.thinking_pane.text()) > 10,
+                    timeout=60_000)
     engine_core(before).kill()
     with qtbot.waitSignal(window.reply_finished, timeout=60_000) as blocker:
         pass
     assert blocker.args[0].reason == "error"
     assert "stopped unexpectedly" in window.banner.text() and window.banner.action.text() == "Restart engine"
-    partial = window.conversation.turns[-1].thinking
-    assert partial and partial == window.thinking_pane.text()
+    partial = window.session.conversation.turns[-1].thinking
+    assert partial and partial == window.chat_view.thinking_pane.text()
     window.banner.action.click()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=300_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=300_000)
     monkeypatch.delenv("NALAR_IGNORE_EOS")
     with qtbot.waitSignal(window.reply_finished, timeout=120_000) as blocker:
         window.send("What is 2+2?")
-    assert blocker.args[0].reason in ("stop", "length") and window.answer_pane.text()
+    assert blocker.args[0].reason in ("stop", "length") and window.chat_view.answer_pane.text()
 
     # 3. Closed mid-reply: abort plus shutdown within 10 s, nothing left behind.
     monkeypatch.setenv("NALAR_IGNORE_EOS", "1")
     window.send("Write a long poem.")
-    qtbot.waitUntil(lambda: window.streaming and window.thinking_pane.text() != "", timeout=60_000)
+    qtbot.waitUntil(lambda: window.session.streaming and window.chat_view.thinking_pane.text() != "", timeout=60_000)
     started = time.monotonic()
     window.close()
     assert time.monotonic() - started < 10
@@ -121,7 +122,7 @@ def test_no_memory_retry_engine_killed_restart_and_close_mid_reply(qtbot, make_w
     assert turn.finish_reason == "abort" and turn.user == "Write a long poem."
 
     # Prompts stay out of the logs.
-    engine_log = window.bridge.engine.engine_log.read_text()
+    engine_log = window.controller.bridge.engine.engine_log.read_text()
     assert secret not in engine_log
 
 

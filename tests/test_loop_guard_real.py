@@ -22,7 +22,7 @@ def test_a_greedy_thinking_loop_is_concluded_and_the_answer_pane_gets_text(qtbot
                         sampling=SamplingConfig(temperature=0.0, think_budget=1536, max_tokens=256))
     before = child_pids()
     window = make_window(EngineHost(), settings)
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=600_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=600_000)
     qtbot.keyClicks(window.prompt, LOOPING_PROMPT)
     with qtbot.waitSignal(window.reply_finished, timeout=600_000) as blocker:
         qtbot.keyClick(window.prompt, Qt.Key.Key_Return)
@@ -35,9 +35,10 @@ def test_a_greedy_thinking_loop_is_concluded_and_the_answer_pane_gets_text(qtbot
     assert loop.detected_token - loop.start_token <= max(3 * loop.period, 512)
     assert len(finished.thinking_text) == loop.kept_char  # the thinking kept up to where the loop began
     assert finished.metrics.thinking_tokens < 1536, "the guard ended the thinking before the budget did"
-    assert window.answer_pane.text().strip(), "the answer pane got text after the guard concluded"
-    assert window.thinking_pane.loop_note.text().startswith("looped: one ")  # the latest loop (the answer may loop too)
-    row = window.session.history.message_row(window.conversation.turns[-1].message_id)
+    assert window.chat_view.answer_pane.text().strip(), "the answer pane got text after the guard concluded"
+    # the latest loop (the answer may loop too)
+    assert window.chat_view.thinking_pane.loop_note.text().startswith("looped: one ")
+    row = window.session.history.message_row(window.session.conversation.turns[-1].message_id)
     assert loop.summary() in row["loop_guard"]
 
     # Continue anyway on the real engine: the reply goes on after the kept text (words the model would not

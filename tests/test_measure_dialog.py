@@ -43,12 +43,12 @@ def scripted_job(body: str) -> list[str]:
 
 def open_dialog(qtbot, make_window, settings: Settings | None = None) -> tuple[Any, MeasureDialog]:
     window = make_window(settings=settings)
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=10_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=10_000)
     action = next(  # Engine → Measure FP8…, as a user reaches it
 a for menu in window.menuBar().actions() if menu.text() == "&Engine"
                   for a in menu.menu().actions() if a.text() == "Measure &FP8…")
     action.trigger()
-    dialog = window.measure_dialog
+    dialog = window.menus.measure_dialog
     assert dialog is not None and dialog.isVisible() and not dialog.isModal()
     return window, dialog
 
@@ -93,12 +93,12 @@ def test_quality_check_shows_progress_then_the_table_and_applies_the_advice(qtbo
                     ["fp8_e5m2", "1.0", "91.7%", "0.0330", "384"]]
     assert "use fp8_e4m3 (confidence: high)" in dialog.quality_advice.text()
     assert dialog.use_dtype_button.text() == "Use fp8_e4m3" and dialog.use_dtype_button.isEnabled()
-    assert window.settings.engine.kv_cache_dtype == "auto"
+    assert window.controller.settings.engine.kv_cache_dtype == "auto"
 
     dialog.use_dtype_button.click()  # the settings path: saved, and the chat engine restarts on it
     assert load_settings()[0].engine.kv_cache_dtype == "fp8_e4m3"
-    qtbot.waitUntil(lambda: window.bridge.ready is not None and window.bridge.ready.kv_cache_dtype == "fp8_e4m3",
-                    timeout=20_000)
+    bridge = window.controller.bridge
+    qtbot.waitUntil(lambda: bridge.ready is not None and bridge.ready.kv_cache_dtype == "fp8_e4m3", timeout=20_000)
     dialog.close()
 
 
@@ -169,7 +169,7 @@ def test_closing_the_dialog_mid_job_leaves_no_process(qtbot, make_window) -> Non
     pgid, grandchild = start_grandchild_job(qtbot, dialog.calibration)
     dialog.close()
     assert group_alive(pgid) == []
-    assert window.measure_dialog is None or not window.measure_dialog.isVisible()
+    assert window.menus.measure_dialog is None or not window.menus.measure_dialog.isVisible()
 
 
 def test_closing_the_main_window_mid_job_leaves_no_process(qtbot, make_window) -> None:
@@ -217,13 +217,13 @@ def test_benchmark_stops_the_chat_engine_and_starts_it_again(qtbot, make_window,
     """)
     dialog.bench.run_button.click()
     qtbot.waitUntil(lambda: dialog.bench.step_label.text() == "auto: context depth 1,024", timeout=20_000)
-    assert window.bridge.ready is None, "the chat engine is stopped while the benchmark runs"
+    assert window.controller.bridge.ready is None, "the chat engine is stopped while the benchmark runs"
     assert window.controller.api_server is None, "and the local API server that serves it"
-    assert not window.send_button.isEnabled()
+    assert not window.controls.send_button.isEnabled()
     go.touch()
     qtbot.waitUntil(ended(dialog.bench), timeout=20_000)
     assert dialog.bench.step_label.text() == "done", dialog.bench.error_label.text()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)  # and started again after it
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=20_000)  # and started again after it
     qtbot.waitUntil(lambda: window.controller.api_server is not None, timeout=20_000)
     table = dialog.bench_table
     rows = [[table.item(r, c).text() for c in range(table.columnCount())] for r in range(table.rowCount())]
@@ -258,9 +258,9 @@ def test_calibration_shows_before_and_after_and_switches_to_the_calibrated_model
     dialog.use_calibrated_button.click()
     saved = load_settings()[0].engine
     assert saved.model == str(calibrated) and saved.kv_cache_dtype == "fp8_e4m3"
-    assert window.settings.engine == saved
-    qtbot.waitUntil(lambda: window.bridge.ready is not None and window.bridge.ready.kv_cache_dtype == "fp8_e4m3",
-                    timeout=20_000)
+    assert window.controller.settings.engine == saved
+    bridge = window.controller.bridge
+    qtbot.waitUntil(lambda: bridge.ready is not None and bridge.ready.kv_cache_dtype == "fp8_e4m3", timeout=20_000)
     dialog.close()
 
 
@@ -280,7 +280,7 @@ def test_real_bench_in_the_dialog_then_a_cancel_ends_its_engine(qtbot, make_wind
     assert float(table.item(1, 3).text()) > 0  # ms/token
     assert not dialog.bench_plot.pixmap().isNull()
     assert str(paths.data_dir() / "bench") in dialog.bench_saved.text()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=20_000)
 
     dialog.bench.command = lambda: app_command("bench", "--progress-jsonl", "--kv-dtypes", "auto",
                                                "--depths", "1024", "--tokens", "400")
@@ -293,7 +293,7 @@ def test_real_bench_in_the_dialog_then_a_cancel_ends_its_engine(qtbot, make_wind
     qtbot.waitUntil(lambda: dialog.bench.step_label.text() == "cancelled", timeout=120_000)
     assert group_alive(pgid) == [], "the bench or its EngineCore survived the cancel"
     assert dialog.bench.error_label.isHidden()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=20_000)
     dialog.close()
 
 
@@ -315,7 +315,7 @@ def test_real_kv_check_in_the_dialog_and_its_advice_applies(qtbot, make_window) 
     advised = dialog.quality.last_result["advice"]["kv_dtype"]  # type: ignore[index]
     assert dialog.use_dtype_button.text() == f"Use {advised}" and dialog.use_dtype_button.isEnabled()
     dialog.use_dtype_button.click()
-    assert load_settings()[0].engine.kv_cache_dtype == advised == window.settings.engine.kv_cache_dtype
+    assert load_settings()[0].engine.kv_cache_dtype == advised == window.controller.settings.engine.kv_cache_dtype
     dialog.close()
 
 

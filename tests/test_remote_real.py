@@ -91,15 +91,15 @@ def test_window_shows_the_remote_stream_in_both_panes_and_records_the_backend(
                         backends=BackendsConfig(profiles=(remote,), active=remote.name))
     save_settings(settings)
     window = make_window(RemoteEngine(remote, API_KEY), settings)
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=60_000)
-    window.conversation.turns.extend(few_shot_turns())
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=60_000)
+    window.session.conversation.turns.extend(few_shot_turns())
     with qtbot.waitSignal(window.reply_finished, timeout=120_000) as blocker:
         window.prompt.setPlainText(QUESTION)
-        window.send_button.click()
+        window.controls.send_button.click()
     assert blocker.args[0].reason == "stop"
-    assert window.thinking_pane.text().strip() and window.answer_pane.text().strip()
-    assert window.answer_pane.header.text() == "Answer · via gpu-box"
-    turn = window.conversation.turns[-1]
+    assert window.chat_view.thinking_pane.text().strip() and window.chat_view.answer_pane.text().strip()
+    assert window.chat_view.answer_pane.header.text() == "Answer · via gpu-box"
+    turn = window.session.conversation.turns[-1]
     assert turn.backend == "gpu-box" and turn.model == f"gpu-box: {SERVED_MODEL}"
     window.close()
     row = HistoryStore().message_row(turn.message_id)
@@ -116,28 +116,28 @@ def test_failover_to_the_remote_when_the_local_engine_is_killed(qtbot, make_wind
     settings = Settings(engine=EngineConfig(model=str(require_embedded_model()), max_model_len=2048),
                         sampling=SamplingConfig(temperature=0.0, think_budget=32, max_tokens=32))
     window = make_window(engine, settings)
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=300_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=300_000)
 
     with qtbot.waitSignal(window.reply_finished, timeout=120_000):
         window.send("Say hello.")
-    local_turn = window.conversation.turns[-1]
+    local_turn = window.session.conversation.turns[-1]
     assert local_turn.backend == "local"
 
     local_core = engine_core(before)
     local_core.kill()
     qtbot.waitUntil(engine.primary.engine_died, timeout=60_000)
     window.controller.check_engine_health()  # what the health timer runs: a dead primary is not a dead app
-    assert not window.banner.isVisible() and window.send_button.isEnabled()
+    assert not window.banner.isVisible() and window.controls.send_button.isEnabled()
 
-    window.new_conversation()
-    window.conversation.turns.extend(few_shot_turns())
+    window.session.new_conversation()
+    window.session.conversation.turns.extend(few_shot_turns())
     with qtbot.waitSignal(window.reply_finished, timeout=120_000) as blocker:
         window.send(QUESTION)
     finished: Finished = blocker.args[0]
     assert finished.reason == "stop" and finished.answer_text
-    turn = window.conversation.turns[-1]
+    turn = window.session.conversation.turns[-1]
     assert turn.backend == "gpu-box"
-    assert window.answer_pane.header.text() == "Answer · via gpu-box"
+    assert window.chat_view.answer_pane.header.text() == "Answer · via gpu-box"
     assert "Answered by gpu-box: local is not running" in window.notice_label.text()
     window.close()
     history = HistoryStore()

@@ -66,7 +66,7 @@ def test_the_saturation_tab_runs_shows_the_profile_and_feeds_the_kv_tooltip(qtbo
     dialog.tabs.setCurrentWidget(dialog.saturation)
     panel.run_button.click()
     qtbot.waitUntil(lambda: panel.step_label.text() == "auto: 640-token chats × 2", timeout=20_000)
-    assert window.bridge.ready is None, "the chat engine is stopped while the sweep runs"
+    assert window.controller.bridge.ready is None, "the chat engine is stopped while the sweep runs"
     dialog.bench.run_button.click()  # the FP8 benchmark would stop and restart the engine under the sweep
     qtbot.waitUntil(lambda: not dialog.bench.error_label.isHidden(), timeout=10_000)  # on a hidden tab
     assert dialog.bench.error_label.text().startswith("The other benchmark is running.")
@@ -74,7 +74,7 @@ def test_the_saturation_tab_runs_shows_the_profile_and_feeds_the_kv_tooltip(qtbo
     go.touch()
     qtbot.waitUntil(ended(panel), timeout=20_000)
     assert panel.step_label.text() == "done", panel.error_label.text()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=20_000)  # the chat engine is back
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=20_000)  # the chat engine is back
     sentences = dialog.saturation.sentences.text().splitlines()
     assert sentences[0] == ("auto: 2 chats of 640 stay under 2x the single-stream ms/token (120 ms/token p95); at 4: "
                             "preemption (150 ms/token p95) (the planner predicted the KV knee at 2).")
@@ -90,7 +90,7 @@ def test_the_kv_tooltip_reads_the_last_saved_profile_at_start(qtbot, make_window
     latest_profile_path().parent.mkdir(parents=True, exist_ok=True)
     latest_profile_path().write_text(json.dumps(saturation_report(tmp_path)), encoding="utf-8")
     window = make_window()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=10_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=10_000)
     assert "Last saturation profile (2026-11-30 05:00:00, KV auto" in window.gauges.kv_bar.toolTip()
 
 

@@ -91,25 +91,25 @@ def test_trust_remote_code_needs_a_confirmed_opt_in_per_model(qtbot, monkeypatch
 def test_apply_saves_and_restarts_the_engine_cancel_does_nothing(qtbot, make_window) -> None:
     engine = ScriptedEngineDouble()
     window = make_window(engine)
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
-    dialog = window.open_settings()
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    dialog = window.menus.open_settings()
     dialog.editors[("sampling", "temperature")].setValue(0.3)
     button(dialog, QDialogButtonBox.StandardButton.Apply).click()
-    assert window.settings.sampling.temperature == 0.3
+    assert window.controller.settings.sampling.temperature == 0.3
     assert load_settings()[0].sampling.temperature == 0.3
     assert len(engine.starts) == 1, "a sampling change needs no restart"
     dialog.editors[("engine", "max_model_len")].setValue(1024)
-    with qtbot.waitSignal(window.bridge.engine_ready, timeout=5_000):
+    with qtbot.waitSignal(window.controller.bridge.engine_ready, timeout=5_000):
         button(dialog, QDialogButtonBox.StandardButton.Ok).click()
     assert [c.max_model_len for c in engine.starts] == [2048, 1024]
     saved = json.loads((load_settings.__globals__["settings_path"]()).read_text())
     assert saved["engine"]["max_model_len"] == 1024
 
-    dialog = window.open_settings()
+    dialog = window.menus.open_settings()
     assert dialog.editors[("engine", "max_model_len")].value() == 1024, "the dialog shows the saved values"
     dialog.editors[("engine", "max_model_len")].setValue(3000)
     button(dialog, QDialogButtonBox.StandardButton.Cancel).click()
-    assert window.settings.engine.max_model_len == 1024 and len(engine.starts) == 2
+    assert window.controller.settings.engine.max_model_len == 1024 and len(engine.starts) == 2
 
 
 def test_a_bad_loop_guard_threshold_is_marked_on_its_own_tab(qtbot) -> None:

@@ -180,7 +180,7 @@ def test_a_retrys_fallback_is_saved_only_once_the_start_works(qtbot, make_window
     assert engine.starts[1].gpu_memory_utilization == 0.6, "the retry tried the suggestion"
     assert load_settings()[0].engine.gpu_memory_utilization == 0.9, "a failed suggestion is not saved"
     window.banner.action.click()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
     assert engine.starts[2].gpu_memory_utilization == 0.5
     assert load_settings()[0].engine.gpu_memory_utilization == 0.5, "the suggestion that worked is kept"
     assert len(engine.starts) == 3, "keeping it did not restart the engine"

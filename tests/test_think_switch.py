@@ -37,32 +37,33 @@ class RecordingDouble(ScriptedEngineDouble):
 def test_the_switch_is_per_chat_stored_and_sent(qtbot, make_window) -> None:
     engine = RecordingDouble([Script(["plain answer"]), Script(["<think>t</think>a"])])
     window = make_window(engine)
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
-    assert window.think_switch.isChecked() and window.think_switch.isEnabled()
-    window.think_switch.click()  # this chat: thinking off
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    assert window.controls.think_switch.isChecked() and window.controls.think_switch.isEnabled()
+    window.controls.think_switch.click()  # this chat: thinking off
     with qtbot.waitSignal(window.reply_finished, timeout=10_000):
         window.send("hi")
     assert engine.samplings[-1].thinking is False
     window.conversation_list.new_button.click()  # a new chat starts with the default: on
-    assert window.think_switch.isChecked()
+    assert window.controls.think_switch.isChecked()
     with qtbot.waitSignal(window.reply_finished, timeout=10_000):
         window.send("think first")
     assert engine.samplings[-1].thinking is True
     window.conversation_list.select(0)
-    assert not window.think_switch.isChecked(), "switching back shows the first chat's own choice"
+    assert not window.controls.think_switch.isChecked(), "switching back shows the first chat's own choice"
     window.close()
     assert [c.thinking for c in HistoryStore().conversations()] == [False, True]
 
 
 def test_always_thinking_models_show_the_switch_on_and_locked(qtbot, make_window) -> None:
     window = make_window(ScriptedEngineDouble(), start=False)
-    window.think_switch.show_chat(False)
-    window.think_switch.show_family(model_family("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"))
-    assert window.think_switch.isChecked() and not window.think_switch.isEnabled()
-    assert "always thinks" in window.think_switch.toolTip()
-    window.think_switch.show_family(model_family("Qwen/Qwen3-0.6B"))
-    assert not window.think_switch.isChecked() and window.think_switch.isEnabled(), "the chat's choice is back"
-    assert "enable_thinking" in window.think_switch.toolTip()
+    window.controls.think_switch.show_chat(False)
+    window.controls.think_switch.show_family(model_family("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"))
+    assert window.controls.think_switch.isChecked() and not window.controls.think_switch.isEnabled()
+    assert "always thinks" in window.controls.think_switch.toolTip()
+    window.controls.think_switch.show_family(model_family("Qwen/Qwen3-0.6B"))
+    switch = window.controls.think_switch
+    assert not switch.isChecked() and switch.isEnabled(), "the chat's choice is back"
+    assert "enable_thinking" in window.controls.think_switch.toolTip()
 
 
 def test_an_old_history_file_gains_the_switch_on() -> None:
@@ -119,14 +120,14 @@ def test_choosing_a_model_applies_its_card_and_greedy_thinking_warns(qtbot, make
     from app.core.model_families import GREEDY_THINKING_WARNING
 
     window = make_window(ScriptedEngineDouble([Script(["<think>t</think>a"])]))
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
-    chosen = window.settings.model_copy(update={"engine": window.settings.engine.model_copy(
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    chosen = window.controller.settings.model_copy(update={"engine": window.controller.settings.engine.model_copy(
         update={"model": "Qwen/QwQ-32B-AWQ"})})
-    window.apply_settings(chosen)
-    sampling = window.settings.sampling
+    window.controller.apply_settings(chosen)
+    sampling = window.controller.settings.sampling
     assert (sampling.temperature, sampling.top_p, sampling.top_k) == (0.6, 0.95, 40)
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
-    window.settings.sampling = sampling.model_copy(update={"temperature": 0.0})
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    window.controller.settings.sampling = sampling.model_copy(update={"temperature": 0.0})
     with qtbot.waitSignal(window.reply_finished, timeout=10_000):
         window.send("greedy?")
     assert window.notice_label.isVisible() and window.notice_label.text() == GREEDY_THINKING_WARNING

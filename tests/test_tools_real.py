@@ -48,7 +48,7 @@ def test_forced_call_deny_and_timeout_through_the_real_window_engine_and_server(
     engine.generate = recording_generate  # type: ignore[method-assign]
     window = make_window(engine, settings)
     session, panel = window.session, window.chat_view.tool_panel
-    qtbot.waitUntil(lambda: window.engine_ready and "demo" in window.tools.states, timeout=300_000)
+    qtbot.waitUntil(lambda: window.controller.engine_ready and "demo" in window.tools.states, timeout=300_000)
     window.controls.tools_switch.setChecked(True)
 
     def ask(question: str, function: str) -> object:
@@ -75,7 +75,7 @@ def test_forced_call_deny_and_timeout_through_the_real_window_engine_and_server(
     follow_up = sent[requests_before]
     assert follow_up[-1] == {"role": "tool", "tool_call_id": step.call_id, "content": step.result}
     assert follow_up[-2]["tool_calls"][0]["function"]["name"] == "add"
-    assert window.answer_pane.text().strip(), "the model answered after the result"
+    assert window.chat_view.answer_pane.text().strip(), "the model answered after the result"
 
     card, step = ask("Add 1 and 1 with the add tool.", "add")
     with qtbot.waitSignal(window.reply_finished, timeout=120_000):

@@ -203,20 +203,20 @@ def test_when_the_dialog_is_offered(monkeypatch) -> None:
 
 def test_the_menu_opens_it_and_a_choice_is_saved_and_started(qtbot, make_window) -> None:
     window = make_window()
-    dialog = window.open_model_chooser()
+    dialog = window.menus.open_model_chooser()
     assert dialog.isVisible()
     with qtbot.waitSignal(dialog.accepted):
         dialog.choose_local_folder(require_embedded_model())
-    assert window.settings.engine.model == str(require_embedded_model())
+    assert window.controller.settings.engine.model == str(require_embedded_model())
     assert load_settings()[0].engine.model == str(require_embedded_model())
 
 
 def test_first_run_closed_without_a_choice_saves_and_starts_the_embedded_model(qtbot, make_window) -> None:
     window = make_window(start=False)  # what app_main does on a GPU machine's first run
     assert not settings_path().exists()
-    dialog = window.open_model_chooser(first_run=True)
+    dialog = window.menus.open_model_chooser(first_run=True)
     dialog.close_button.click()  # "Later"
-    qtbot.waitUntil(lambda: window.engine_ready, timeout=30_000)
+    qtbot.waitUntil(lambda: window.controller.engine_ready, timeout=30_000)
     assert settings_path().exists() and load_settings()[0].engine.model == "", "not asked again next start"
 
 

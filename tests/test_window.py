@@ -16,23 +16,23 @@ CUT_TAGS = ["<th", "ink>Let me ", "think.</thi", "nk>\n", "\nAnswer ", "here: `5
 
 
 def wait_ready(qtbot, window) -> None:
-    qtbot.waitUntil(lambda: window.send_button.isEnabled(), timeout=10_000)
+    qtbot.waitUntil(lambda: window.controls.send_button.isEnabled(), timeout=10_000)
 
 
 def send(qtbot, window, text: str = "What is 2+3?"):
     with qtbot.waitSignal(window.reply_finished, timeout=20_000) as blocker:
         window.prompt.setPlainText(text)
-        window.send_button.click()
+        window.controls.send_button.click()
     return blocker.args[0]
 
 
 def test_input_waits_for_the_engine_and_status_says_loading(qtbot, make_window) -> None:
     window = make_window(ScriptedEngineDouble(load_seconds=0.3))
-    qtbot.waitUntil(lambda: "loading model" in window.status_label.text(), timeout=5_000)
-    assert not window.prompt.isEnabled() and not window.send_button.isEnabled()
+    qtbot.waitUntil(lambda: "loading model" in window.status_bar.status_label.text(), timeout=5_000)
+    assert not window.prompt.isEnabled() and not window.controls.send_button.isEnabled()
     wait_ready(qtbot, window)
     assert window.prompt.isEnabled()
-    assert "ready" in window.status_label.text()
+    assert "ready" in window.status_bar.status_label.text()
     assert window.gauges.kv_bar.text() == "0% of 46,592 tokens"
 
 
@@ -41,15 +41,16 @@ def test_tags_cut_across_deltas_land_in_the_right_panes(qtbot, make_window) -> N
     wait_ready(qtbot, window)
     finished = send(qtbot, window)
     assert finished.reason == "stop"
-    assert window.thinking_pane.text() == "Let me think."
-    assert window.answer_pane.text() == "Answer here: `5`."
-    assert "5" in window.answer_pane.view.toPlainText() and "`" not in window.answer_pane.view.toPlainText()
-    assert window.thinking_pane.folded, "thinking folds away once the answer starts"
-    window.thinking_pane.toggle.click()
-    assert not window.thinking_pane.folded and window.thinking_pane.view.isVisible()
-    assert window.thinking_pane.header.text().startswith("Thinking · 2 tokens")
-    assert window.send_button.isEnabled() and window.copy_button.isEnabled()
-    assert not window.stop_button.isEnabled() and not window.answer_now_button.isEnabled()
+    assert window.chat_view.thinking_pane.text() == "Let me think."
+    assert window.chat_view.answer_pane.text() == "Answer here: `5`."
+    shown = window.chat_view.answer_pane.view.toPlainText()
+    assert "5" in shown and "`" not in shown
+    assert window.chat_view.thinking_pane.folded, "thinking folds away once the answer starts"
+    window.chat_view.thinking_pane.toggle.click()
+    assert not window.chat_view.thinking_pane.folded and window.chat_view.thinking_pane.view.isVisible()
+    assert window.chat_view.thinking_pane.header.text().startswith("Thinking · 2 tokens")
+    assert window.controls.send_button.isEnabled() and window.controls.copy_button.isEnabled()
+    assert not window.controls.stop_button.isEnabled() and not window.controls.answer_now_button.isEnabled()
     assert "%" in window.gauges.kv_bar.text() and window.gauges.kv_usage > 0
     assert "tok/s" in window.gauges.answer_rate.text()
     assert window.gauges.ttft.text().endswith("ms")
@@ -63,11 +64,11 @@ def test_error_mid_stream_keeps_the_partial_reply_and_offers_a_restart(qtbot, ma
     wait_ready(qtbot, window)
     finished = send(qtbot, window)
     assert finished.reason == "error"
-    assert window.answer_pane.text() == "Partial answer "
+    assert window.chat_view.answer_pane.text() == "Partial answer "
     assert window.banner.isVisible() and "stopped unexpectedly" in window.banner.text()
     assert window.banner.action.text() == "Restart engine"
-    assert window.conversation.turns[-1].answer == "Partial answer "
-    with qtbot.waitSignal(window.bridge.engine_ready, timeout=10_000):
+    assert window.session.conversation.turns[-1].answer == "Partial answer "
+    with qtbot.waitSignal(window.controller.bridge.engine_ready, timeout=10_000):
         window.banner.action.click()
     assert len(engine.starts) == 2
 
@@ -81,10 +82,10 @@ def test_very_fast_stream_delivers_every_character_in_few_updates(qtbot, make_wi
     def count_update(request_id: str, text: str) -> None:
         updates.append(text)
 
-    window.bridge.answer_delta.connect(count_update)
+    window.controller.bridge.answer_delta.connect(count_update)
     send(qtbot, window)
-    window.bridge.answer_delta.disconnect(count_update)
-    assert window.answer_pane.text() == "".join(words)
+    window.controller.bridge.answer_delta.disconnect(count_update)
+    assert window.chat_view.answer_pane.text() == "".join(words)
     assert len(updates) < len(words) / 10, "text must be coalesced per frame, not one update per token"
 
 
@@ -93,15 +94,15 @@ def test_stop_aborts_a_slow_stream_at_once(qtbot, make_window) -> None:
     window = make_window(ScriptedEngineDouble([slow]))
     wait_ready(qtbot, window)
     window.prompt.setPlainText("think slowly")
-    window.send_button.click()
-    qtbot.waitUntil(lambda: window.thinking_pane.text() != "", timeout=5_000)
-    assert window.stop_button.isEnabled() and not window.send_button.isEnabled()
+    window.controls.send_button.click()
+    qtbot.waitUntil(lambda: window.chat_view.thinking_pane.text() != "", timeout=5_000)
+    assert window.controls.stop_button.isEnabled() and not window.controls.send_button.isEnabled()
     with qtbot.waitSignal(window.reply_finished, timeout=2_000) as blocker:
-        window.stop_button.click()
+        window.controls.stop_button.click()
     assert blocker.args[0].reason == "abort"
-    assert window.thinking_pane.text().startswith("thought 0")
+    assert window.chat_view.thinking_pane.text().startswith("thought 0")
     assert window.notice_label.isVisible() and "Stopped" in window.notice_label.text()
-    assert window.send_button.isEnabled() and not window.stop_button.isEnabled()
+    assert window.controls.send_button.isEnabled() and not window.controls.stop_button.isEnabled()
 
 
 def test_answer_now_ends_thinking_and_answers(qtbot, make_window) -> None:
@@ -109,12 +110,12 @@ def test_answer_now_ends_thinking_and_answers(qtbot, make_window) -> None:
     window = make_window(ScriptedEngineDouble([slow]))
     wait_ready(qtbot, window)
     window.prompt.setPlainText("hurry")
-    window.send_button.click()
-    qtbot.waitUntil(lambda: window.thinking_pane.text() != "", timeout=5_000)
+    window.controls.send_button.click()
+    qtbot.waitUntil(lambda: window.chat_view.thinking_pane.text() != "", timeout=5_000)
     with qtbot.waitSignal(window.reply_finished, timeout=10_000):
-        window.answer_now_button.click()
-    assert window.answer_pane.text() != ""
-    assert len(window.thinking_pane.text().split()) < 40
+        window.controls.answer_now_button.click()
+    assert window.chat_view.answer_pane.text() != ""
+    assert len(window.chat_view.thinking_pane.text().split()) < 40
 
 
 def test_regenerate_replaces_the_last_reply(qtbot, make_window) -> None:
@@ -122,11 +123,11 @@ def test_regenerate_replaces_the_last_reply(qtbot, make_window) -> None:
     window = make_window(engine)
     wait_ready(qtbot, window)
     send(qtbot, window, "question")
-    assert window.answer_pane.text() == "first"
+    assert window.chat_view.answer_pane.text() == "first"
     with qtbot.waitSignal(window.reply_finished, timeout=10_000):
-        window.regenerate_button.click()
-    assert window.answer_pane.text() == "second"
-    assert len(window.conversation.turns) == 1
+        window.controls.regenerate_button.click()
+    assert window.chat_view.answer_pane.text() == "second"
+    assert len(window.session.conversation.turns) == 1
     assert engine.requests[0] == engine.requests[1] == [{"role": "user", "content": "question"}]
 
 
@@ -152,7 +153,7 @@ def test_second_turn_sends_the_history_without_thinking(qtbot, make_window) -> N
     send(qtbot, window, "and plus one?")
     assert engine.requests[1] == [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "four"},
                                   {"role": "user", "content": "and plus one?"}]
-    assert "four" in window.transcript.toPlainText()
+    assert "four" in window.chat_view.transcript.toPlainText()
 
 
 def test_failed_start_names_the_fix_and_retries_on_the_fallback(qtbot, make_window) -> None:
@@ -164,7 +165,7 @@ def test_failed_start_names_the_fix_and_retries_on_the_fallback(qtbot, make_wind
     qtbot.waitUntil(lambda: window.banner.isVisible(), timeout=5_000)
     assert "AVX-512" in window.banner.text() and "auto" in window.banner.text()
     assert window.banner.action.text() == "Retry with kv_cache_dtype = auto"
-    assert not window.send_button.isEnabled()
+    assert not window.controls.send_button.isEnabled()
     window.banner.action.click()
     wait_ready(qtbot, window)
     assert [c.kv_cache_dtype for c in engine.starts] == ["fp8_e4m3", "auto"]
@@ -178,12 +179,12 @@ def test_conversations_new_rename_delete(qtbot, make_window, monkeypatch) -> Non
     wait_ready(qtbot, window)
     send(qtbot, window, "first chat")
     window.conversation_list.new_button.click()
-    assert window.conversation_list.count() == 2 and window.answer_pane.text() == ""
+    assert window.conversation_list.count() == 2 and window.chat_view.answer_pane.text() == ""
     monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: ("Renamed", True))
     window.conversation_list.rename_button.click()
     assert window.conversation_list.title(1) == "Renamed"
     window.conversation_list.select(0)
-    assert window.answer_pane.text() == "b"
+    assert window.chat_view.answer_pane.text() == "b"
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     window.conversation_list.delete_button.click()
     assert [c.title for c in window.session.model] == ["Renamed"]
@@ -216,7 +217,7 @@ def test_a_too_long_message_is_a_clear_error(qtbot, make_window) -> None:
     wait_ready(qtbot, window)
     assert send(qtbot, window).reason == "error"
     assert "9,000 tokens" in window.banner.text() and "raise the context length" in window.banner.text()
-    assert window.send_button.isEnabled()
+    assert window.controls.send_button.isEnabled()
 
 
 def test_settings_has_a_shortcut_on_every_platform(qtbot, make_window) -> None:
@@ -244,8 +245,9 @@ def test_the_question_stands_above_its_reply_and_the_folded_trace_is_one_line(qt
     window = make_window(engine)
     wait_ready(qtbot, window)
     send(qtbot, window, "What is 2+3?")
-    assert window.transcript.isVisible() and window.transcript.toPlainText().split() == ["You", "What", "is", "2+3?"]
-    pane, answer = window.thinking_pane, window.answer_pane
+    transcript = window.chat_view.transcript
+    assert transcript.isVisible() and transcript.toPlainText().split() == ["You", "What", "is", "2+3?"]
+    pane, answer = window.chat_view.thinking_pane, window.chat_view.answer_pane
     assert pane.folded
     # Folded: a header line above the answer, and the answer has the view's whole width.
     qtbot.waitUntil(lambda: pane.height() < 3 * pane.header.sizeHint().height() + 20, timeout=5_000)
@@ -253,7 +255,7 @@ def test_the_question_stands_above_its_reply_and_the_folded_trace_is_one_line(qt
     pane.toggle.click()
     qtbot.waitUntil(lambda: pane.height() > 0.3 * window.chat_view.live_split.height(), timeout=5_000)
     send(qtbot, window, "And plus one?")
-    thread = window.transcript.toPlainText()
+    thread = window.chat_view.transcript.toPlainText()
     assert thread.index("What is 2+3?") < thread.index("Answer here") < thread.index("And plus one?")
     assert answer.text() == "six"
 
@@ -270,7 +272,7 @@ def test_a_send_appends_to_the_thread_and_it_reads_as_a_fresh_render(qtbot, make
     for question in ("first question", "second question", "third question"):
         send(qtbot, window, question)
     first = window.session.conversation
-    window.new_conversation()
+    window.session.new_conversation()
     send(qtbot, window, "elsewhere")
     window.show_conversation(next(row for row in range(len(window.session.model))
                                   if window.session.model[row] is first))
@@ -278,7 +280,7 @@ def test_a_send_appends_to_the_thread_and_it_reads_as_a_fresh_render(qtbot, make
 
     fresh = ChatView()
     fresh.render_thread(window.session.conversation)
-    thread = window.transcript.toPlainText()
+    thread = window.chat_view.transcript.toPlainText()
     assert thread == fresh.transcript.toPlainText()
     assert [thread.count(f"answer number {n}") for n in (0, 1, 2)] == [1, 1, 1]
     assert "elsewhere" not in thread and thread.rstrip().endswith("fourth question")

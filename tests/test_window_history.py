@@ -13,12 +13,12 @@ def test_replies_are_saved_while_streaming_and_when_finished(qtbot, make_window)
     slow = Script(["<think>", *[f"step {i} " for i in range(30)], "</think>", *[f"word{i} " for i in range(30)]],
                   tokens_per_second=20)
     window = make_window(ScriptedEngineDouble([slow]))
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
     window.prompt.setPlainText("count for me")
-    window.send_button.click()
+    window.controls.send_button.click()
     store = HistoryStore()  # a second connection, as another process would read the file
-    qtbot.waitUntil(lambda: window.streaming, timeout=5_000)
-    turn = window.conversation.turns[-1]
+    qtbot.waitUntil(lambda: window.session.streaming, timeout=5_000)
+    turn = window.session.conversation.turns[-1]
     qtbot.waitUntil(lambda: store.message_row(turn.message_id).get("thinking_text", "").startswith("step 0"),
                     timeout=5_000)
     assert store.message_row(turn.message_id)["finish_reason"] is None
@@ -31,7 +31,7 @@ def test_replies_are_saved_while_streaming_and_when_finished(qtbot, make_window)
 
 def test_conversations_come_back_after_a_restart(qtbot, make_window) -> None:
     first = make_window(ScriptedEngineDouble([Script(["<think>t</think>five"])]))
-    qtbot.waitUntil(first.send_button.isEnabled, timeout=5_000)
+    qtbot.waitUntil(first.controls.send_button.isEnabled, timeout=5_000)
     with qtbot.waitSignal(first.reply_finished, timeout=10_000):
         first.send("2+3?")
     first.conversation_list.new_button.click()
@@ -39,7 +39,7 @@ def test_conversations_come_back_after_a_restart(qtbot, make_window) -> None:
     second = make_window(ScriptedEngineDouble())
     assert [c.title for c in second.session.model] == ["2+3?", "New conversation"]
     second.conversation_list.select(0)
-    assert second.answer_pane.text() == "five" and "t" == second.thinking_pane.text()
+    assert second.chat_view.answer_pane.text() == "five" and "t" == second.chat_view.thinking_pane.text()
 
 
 def test_an_interrupted_reply_is_shown_with_a_notice(qtbot, make_window) -> None:
@@ -50,19 +50,19 @@ def test_an_interrupted_reply_is_shown_with_a_notice(qtbot, make_window) -> None
     store.save_partial(conversation.turns[0], "partial thought", "partial answ")
     store.close()
     window = make_window(ScriptedEngineDouble(), start=False)
-    assert window.answer_pane.text() == "partial answ"
+    assert window.chat_view.answer_pane.text() == "partial answ"
     assert window.notice_label.isVisible() and "interrupted" in window.notice_label.text()
-    assert window.conversation.turns[0].finish_reason == "interrupted"
+    assert window.session.conversation.turns[0].finish_reason == "interrupted"
 
 
 def test_export_writes_markdown_and_json(qtbot, make_window, tmp_path) -> None:
     window = make_window(ScriptedEngineDouble([Script(["<think>add</think>**5**"])]))
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=5_000)
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
     with qtbot.waitSignal(window.reply_finished, timeout=10_000):
         window.send("2+3?")
-    markdown = window.export_conversation("md", str(tmp_path / "chat.md")).read_text()
+    markdown = window.menus.export_conversation("md", str(tmp_path / "chat.md")).read_text()
     assert "## You\n\n2+3?" in markdown and "**5**" in markdown
-    data = json.loads(window.export_conversation("json", str(tmp_path / "chat.json")).read_text())
+    data = json.loads(window.menus.export_conversation("json", str(tmp_path / "chat.json")).read_text())
     assert data["messages"][0]["answer"] == "**5**" and data["messages"][0]["thinking"] == "add"
 
 

@@ -23,14 +23,14 @@ def test_a_thinking_loop_is_concluded_collapsed_and_recorded(qtbot, make_window)
     assert (loop.phase, loop.kind, loop.period, loop.start_token, loop.outcome) == (
         "thinking", "exact", 8, 300, "concluded")
     assert finished.thinking_text == "".join(INTRO).rstrip()  # kept up to where the loop began
-    assert window.answer_pane.text() == "The change is 29 dollars."
-    pane = window.thinking_pane
+    assert window.chat_view.answer_pane.text() == "The change is 29 dollars."
+    pane = window.chat_view.thinking_pane
     assert pane.loop_note.isVisibleTo(pane) and pane.continue_button.isVisibleTo(pane)
     assert pane.loop_note.text().startswith("looped: one 8-token passage ×")
     assert "from token 300 · concluded · " in pane.loop_note.text() and "tokens saved" in pane.loop_note.text()
     shown = pane.view.toPlainText()
     assert "collapsed by the loop guard" in shown and shown.count("pens cost") == 0
-    row = window.session.history.message_row(window.conversation.turns[-1].message_id)
+    row = window.session.history.message_row(window.session.conversation.turns[-1].message_id)
     assert row["loop_guard"] == loop.summary() and row["thinking_text"] == "".join(INTRO).rstrip()
 
 
@@ -42,7 +42,7 @@ def test_an_answer_loop_is_cut_after_its_first_copy_and_not_sent_back_in_full(qt
     assert finished.reason == "loop" and finished.loops[0].outcome == "cut"
     kept = "".join([f"word{i} " for i in range(300)] + PASSAGE)
     assert finished.answer_text == kept.lstrip()
-    assert window.answer_pane.text() == finished.answer_text
+    assert window.chat_view.answer_pane.text() == finished.answer_text
     assert "loop guard cut this reply" in window.notice_label.text()
     send(qtbot, window, "next question")
     assert engine.requests[-1][1] == {"role": "assistant", "content": finished.answer_text}
@@ -57,12 +57,12 @@ def test_continue_anyway_goes_on_from_the_cut_with_the_guard_off(qtbot, make_win
     send(qtbot, window)
     kept = "".join(INTRO).rstrip()
     with qtbot.waitSignal(window.reply_finished, timeout=20_000) as blocker:
-        window.thinking_pane.continue_button.click()
+        window.chat_view.thinking_pane.continue_button.click()
     finished = blocker.args[0]
     assert engine.resumes[-1] is not None and engine.resumes[-1].thinking == kept
     assert finished.loops == ()  # the guard is off for this reply: nothing cut
     assert finished.thinking_text == kept + "".join(going_on[:-2]).rstrip()
-    assert window.thinking_pane.text() == finished.thinking_text  # the kept trace, then what followed it
-    assert window.answer_pane.text() == "29 dollars." and not window.thinking_pane.loop_note.isVisibleTo(
-        window.thinking_pane)
-    assert len(window.conversation.turns) == 1
+    assert window.chat_view.thinking_pane.text() == finished.thinking_text  # the kept trace, then what followed it
+    pane = window.chat_view.thinking_pane
+    assert window.chat_view.answer_pane.text() == "29 dollars." and not pane.loop_note.isVisibleTo(pane)
+    assert len(window.session.conversation.turns) == 1

@@ -18,9 +18,9 @@ def test_prompt_to_finished_reply_on_the_real_engine(qtbot, make_window) -> None
                         sampling=SamplingConfig(think_budget=24, max_tokens=24))
     before = child_pids()
     window = make_window(EngineHost(), settings)
-    qtbot.waitUntil(lambda: "loading" in window.status_label.text(), timeout=10_000)
-    assert not window.send_button.isEnabled() and not window.prompt.isEnabled()
-    qtbot.waitUntil(window.send_button.isEnabled, timeout=300_000)
+    qtbot.waitUntil(lambda: "loading" in window.status_bar.status_label.text(), timeout=10_000)
+    assert not window.controls.send_button.isEnabled() and not window.prompt.isEnabled()
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=300_000)
     assert window.gauges.kv_label.text() == "KV cache (auto)"
 
     kv_seen: list[float] = []
@@ -28,15 +28,15 @@ def test_prompt_to_finished_reply_on_the_real_engine(qtbot, make_window) -> None
     def record(metrics: Metrics) -> None:
         kv_seen.append(metrics.kv_usage)
 
-    window.bridge.metrics_updated.connect(record)
+    window.controller.bridge.metrics_updated.connect(record)
     qtbot.keyClicks(window.prompt, "What is 12 times 7?")
     with qtbot.waitSignal(window.reply_finished, timeout=120_000) as blocker:
         qtbot.keyClick(window.prompt, Qt.Key.Key_Return)
-    window.bridge.metrics_updated.disconnect(record)
+    window.controller.bridge.metrics_updated.disconnect(record)
 
     assert blocker.args[0].reason in ("stop", "length")
-    assert window.thinking_pane.text().strip()
-    assert window.answer_pane.text().strip()
+    assert window.chat_view.thinking_pane.text().strip()
+    assert window.chat_view.answer_pane.text().strip()
     assert window.gauges.tok_s > 0 and "tok/s" in window.gauges.answer_rate.text()
     assert max(kv_seen) > 0, "the KV gauge never moved"
     assert window.gauges.ttft.text().endswith("ms")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt
 
-from app.core.settings import EngineConfig, SamplingConfig, Settings, ToolsConfig, ToolServer, load_settings
+from app.core.settings import EngineConfig, SamplingConfig, Settings, ToolsConfig, ToolServer, changed, load_settings
 from app.engine.scripted import Script
 from app.ui.chat_view import AFTER_TOOLS
 from tests.tool_double import CallScript, ToolCallingScriptedDouble
@@ -26,7 +26,7 @@ def tool_settings(**tools: object) -> Settings:
 
 def window_with_tools(qtbot, make_window, *scripts):  # type: ignore[no-untyped-def]
     window = make_window(ToolCallingScriptedDouble(list(scripts)), tool_settings())
-    qtbot.waitUntil(lambda: window.engine_ready and "demo" in window.tools.states, timeout=30_000)
+    qtbot.waitUntil(lambda: window.controller.engine_ready and "demo" in window.tools.states, timeout=30_000)
     window.controls.tools_switch.setChecked(True)
     return window
 
@@ -43,16 +43,17 @@ def test_a_call_shows_between_thinking_and_answer_and_runs_on_run(qtbot, make_wi
     order = [view.live_split.widget(i) for i in range(3)]
     assert order == [view.thinking_pane, view.tool_panel, view.answer_pane]
     [card] = view.tool_panel.cards.values()
-    assert "I will add them." in window.thinking_pane.text() and not window.answer_pane.text()
+    assert "I will add them." in window.chat_view.thinking_pane.text() and not window.chat_view.answer_pane.text()
     assert card.run_button.isVisible() and card.always_button.isVisible() and card.deny_button.isVisible()
     assert '"a": 20' in card.arguments.text() and "add" in card.title.text()
-    assert window.stop_button.isEnabled() and window.regenerate_button.isEnabled(), "usable during the call"
+    controls = window.controls
+    assert controls.stop_button.isEnabled() and controls.regenerate_button.isEnabled(), "usable during the call"
     with qtbot.waitSignal(window.reply_finished, timeout=20_000):
         qtbot.mouseClick(card.run_button, Qt.MouseButton.LeftButton)
     assert not card.run_button.isVisible() and card.result_folded and card.result_view.toPlainText() == "42"
-    trace = window.thinking_pane.text()
+    trace = window.chat_view.thinking_pane.text()
     assert trace.index("I will add them.") < trace.index(AFTER_TOOLS.strip()) < trace.index("the tool says 42")
-    assert "42" in window.answer_pane.text()
+    assert "42" in window.chat_view.answer_pane.text()
 
 
 def test_results_are_text_never_markup(qtbot, make_window) -> None:
@@ -72,19 +73,19 @@ def test_results_are_text_never_markup(qtbot, make_window) -> None:
     with qtbot.waitSignal(window.reply_finished, timeout=20_000):  # the call moves up into the thread
         window.prompt.setPlainText("and now?")
         qtbot.keyClick(window.prompt, Qt.Key.Key_Return)
-    thread = window.transcript.toHtml()
+    thread = window.chat_view.transcript.toHtml()
     assert "<script>" not in thread and "&lt;script&gt;" in thread
-    assert "<b>bold?</b>" in window.transcript.toPlainText(), "shown, as text"
+    assert "<b>bold?</b>" in window.chat_view.transcript.toPlainText(), "shown, as text"
     assert load_settings()[0].tools.always_allow == ("demo/markup",)
 
 
 def test_the_tools_switch_is_kept_per_chat(qtbot, make_window) -> None:
     """Bug caught: the Tools switch shared by every chat, or forgotten when a chat is shown again."""
     window = window_with_tools(qtbot, make_window)
-    first = window.conversation
+    first = window.session.conversation
     assert first.tools is True
-    window.new_conversation()
-    assert window.conversation.tools is False and not window.controls.tools_switch.isChecked()
+    window.session.new_conversation()
+    assert window.session.conversation.tools is False and not window.controls.tools_switch.isChecked()
     window.session.select(0)
     assert window.controls.tools_switch.isChecked()
     assert [c.tools for c in window.session.history.conversations()] == [True, False]
@@ -94,7 +95,7 @@ def test_settings_tools_tab_adds_lists_and_switches_tools(qtbot, make_window) ->
     """Bug caught: a remote URL accepted as a tool server, a server's tools not listed, or a switched-off tool
     still offered to the model after Apply."""
     window = make_window(ToolCallingScriptedDouble([Script(["plain"])]))
-    dialog = window.open_settings()
+    dialog = window.menus.open_settings()
     tab = dialog.tools_tab
     tab.name_edit.setText("far")
     tab.line_edit.setText("http://198.51.100.7:8000/mcp")
@@ -104,7 +105,7 @@ def test_settings_tools_tab_adds_lists_and_switches_tools(qtbot, make_window) ->
     assert tab.add_from_fields() and tab.servers == [DEMO]
     qtbot.mouseClick(tab.connect_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: tab.tool_item("demo", "add") is not None, timeout=30_000)
-    assert window.tools.offered(window.settings.tools) == [], "not offered before Apply"
+    assert window.tools.offered(window.controller.settings.tools) == [], "not offered before Apply"
     slow = tab.tool_item("demo", "slow")
     assert slow is not None and slow.checkState(1) == Qt.CheckState.Checked
     slow.setCheckState(1, Qt.CheckState.Unchecked)
@@ -114,8 +115,8 @@ def test_settings_tools_tab_adds_lists_and_switches_tools(qtbot, make_window) ->
     qtbot.mouseClick(dialog.buttons.button(dialog.buttons.StandardButton.Ok), Qt.MouseButton.LeftButton)
     saved = load_settings()[0].tools
     assert saved.servers == (DEMO,) and saved.disabled == ("demo/slow",) and saved.always_allow == ("demo/add",)
-    qtbot.waitUntil(lambda: bool(window.tools.offered(window.settings.tools)), timeout=30_000)
-    assert "slow" not in {t.name for t in window.tools.offered(window.settings.tools)}
+    qtbot.waitUntil(lambda: bool(window.tools.offered(window.controller.settings.tools)), timeout=30_000)
+    assert "slow" not in {t.name for t in window.tools.offered(window.controller.settings.tools)}
 
 
 def test_a_stored_reply_shows_its_calls_without_buttons(qtbot, make_window) -> None:
@@ -136,14 +137,14 @@ def test_a_stored_reply_shows_its_calls_without_buttons(qtbot, make_window) -> N
     done, waiting = window.chat_view.tool_panel.cards.values()
     assert done.result_view.toPlainText() == "3" and done.result_folded
     assert not waiting.run_button.isVisible() and waiting.status.text() == "not run"
-    assert window.thinking_pane.text() == "t" + "\n\n— after the tool results —\n"
+    assert window.chat_view.thinking_pane.text() == "t" + "\n\n— after the tool results —\n"
 
 
 def test_a_server_only_tried_in_settings_ends_on_cancel(qtbot, make_window) -> None:
     """Bug caught: a server connected with "Connect and list tools" left running (and its tools one step
     from being offered) after the dialog is cancelled: commands must come only from saved settings."""
     window = make_window(ToolCallingScriptedDouble([]))
-    dialog = window.open_settings()
+    dialog = window.menus.open_settings()
     tab = dialog.tools_tab
     tab.name_edit.setText("demo")
     tab.line_edit.setText(f"{sys.executable} {DEMO.args[0]}")
@@ -152,4 +153,17 @@ def test_a_server_only_tried_in_settings_ends_on_cancel(qtbot, make_window) -> N
     qtbot.waitUntil(lambda: tab.tool_item("demo", "add") is not None, timeout=30_000)
     dialog.reject()
     qtbot.waitUntil(lambda: window.tools.states == {}, timeout=30_000)
-    assert window.tools.offered(window.settings.tools) == []
+    assert window.tools.offered(window.controller.settings.tools) == []
+
+
+def test_servers_follow_a_settings_change_made_anywhere(qtbot, make_window) -> None:
+    """Bug caught: the tool servers synced only where the Settings dialog applied (once the window's own
+    apply_settings), so a change through EngineController.apply_settings from elsewhere (the model chooser,
+    a retry's fallback) left the servers it names unconnected, or removed ones still running."""
+    window = make_window(ToolCallingScriptedDouble([]))
+    qtbot.waitUntil(lambda: window.controller.engine_ready, timeout=30_000)
+    assert window.tools.states == {}
+    window.controller.apply_settings(changed(window.controller.settings, tools=ToolsConfig(servers=(DEMO,))))
+    qtbot.waitUntil(lambda: "demo" in window.tools.states, timeout=30_000)
+    window.controller.apply_settings(changed(window.controller.settings, tools=ToolsConfig()))
+    qtbot.waitUntil(lambda: window.tools.states == {}, timeout=30_000)

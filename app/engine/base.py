@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -12,6 +12,7 @@ from app.core.conversation import Message
 from app.core.settings import EngineConfig, SamplingConfig
 from app.engine.events import EngineEvent, EngineReady, Finished, StatusChanged
 from app.engine.loop_thread import EngineLoopThread
+from app.engine.reasoning import ReplyTexts
 
 EventSink = Callable[[EngineEvent], None]
 log = logging.getLogger(__name__)
@@ -47,6 +48,23 @@ class EngineBase:
         self._on_status = on_status or (lambda event: None)
         self.ready: EngineReady | None = None
         self._logged_step: tuple[str, str] | None = None
+        self._replies: dict[str, ReplyTexts] = {}  # request id: the texts of a reply this engine still writes
+
+    def reply_so_far(self, request_id: str) -> ReplyTexts | None:
+        """Thread-safe read: the texts of a reply still under way, where they are kept (its ReplyStream's, or
+        for the engine process the window's image of them). None before it starts and once it has ended:
+        its Finished carries them then. Partial saves read this, so there is no other copy to go stale."""
+        return self._replies.get(request_id)
+
+    @contextlib.contextmanager
+    def keeping(self, request_id: str, texts: ReplyTexts) -> Iterator[ReplyTexts]:
+        """``reply_so_far(request_id)`` reads ``texts`` while the block runs (a generate() up to its end)."""
+        self._replies[request_id] = texts
+        try:
+            yield texts
+        finally:
+            if self._replies.get(request_id) is texts:
+                self._replies.pop(request_id)
 
     def set_status_sink(self, sink: EventSink) -> None:
         self._on_status = sink

@@ -29,8 +29,9 @@ from app.engine import process_protocol as protocol
 from app.engine import process_server, vllm_logging
 from app.engine.base import SHUTDOWN_GRACE_S, EngineBase, EventSink, Message, Resume, ToolChoice, Tools
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
-from app.engine.events import AnswerDelta, EngineErrorEvent, EngineEvent, EngineReady, Finished, ThinkingDelta
+from app.engine.events import EngineErrorEvent, EngineEvent, EngineReady, Finished
 from app.engine.orphans import OWNER_ENV, owner_tag, record_engine_processes, same_process
+from app.engine.reasoning import ReplyTexts
 
 log = logging.getLogger(__name__)
 ChildMain = Callable[[Any], None]  # the child's main, given its end of the pipe
@@ -198,19 +199,22 @@ class EngineProcess(EngineBase):
                 yield EngineErrorEvent(rid, failure)
                 yield Finished(rid, "error", "", "")
                 return
-            thinking: list[str] = []
-            answer: list[str] = []
-            while not finished:
-                event = await queue.get()
-                if event is None:  # the child is gone: end the reply as EngineHost does, partial text kept
-                    finished = True
-                    yield EngineErrorEvent(rid, engine_stopped())
-                    yield Finished(rid, "error", "".join(thinking), "".join(answer))
-                    return
-                if isinstance(event, (ThinkingDelta, AnswerDelta)):
-                    (thinking if isinstance(event, ThinkingDelta) else answer).append(event.text)
-                finished = isinstance(event, Finished)
-                yield event
+            # The child's ReplyStream keeps the texts, and they die with it: this image of them (its events,
+            # its loop cuts, the resumed text) is what the window reads and what a dead child's reply keeps.
+            texts = ReplyTexts()
+            if resume is not None:
+                texts.start_from(resume.thinking, resume.answer if resume.phase == "answer" else "")
+            with self.keeping(rid, texts):
+                while not finished:
+                    event = await queue.get()
+                    if event is None:  # the child is gone: end the reply as EngineHost does, partial text kept
+                        finished = True
+                        yield EngineErrorEvent(rid, engine_stopped())
+                        yield Finished(rid, "error", texts.thinking_text, texts.answer_text)
+                        return
+                    texts.follow(event)
+                    finished = isinstance(event, Finished)
+                    yield event
         finally:
             self._streams.pop(rid, None)
             if not finished:  # the caller stopped listening (cancelled): the child stops the request too

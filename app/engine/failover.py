@@ -35,6 +35,7 @@ from app.engine.events import (
     ToolCallDelta,
 )
 from app.engine.loop_thread import on_engine
+from app.engine.reasoning import ReplyTexts
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,11 @@ class FailoverEngine(EngineBase):
         engine = self._live.get(request_id)
         if engine is not None:
             engine.request_answer_now(request_id)
+
+    def reply_so_far(self, request_id: str) -> ReplyTexts | None:
+        """The texts the backend now answering keeps (after a failover: the fallback's, never both)."""
+        engine = self._live.get(request_id)
+        return engine.reply_so_far(request_id) if engine is not None else None
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
                        ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,

@@ -388,19 +388,20 @@ class EngineHost(EngineBase):
             reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
             reply.stream.resume_from(resume, len(reply.generated_ids))
         requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
-        try:
-            resumed_answer = self._encode(resume.answer) if resume is not None and resume.phase == "answer" else None
-            async for event in requests.run(reply, splitter, close_ids, resumed_answer):
+        resumed_answer = self._encode(resume.answer) if resume is not None and resume.phase == "answer" else None
+        with self.keeping(rid, reply.stream.texts):
+            try:
+                async for event in requests.run(reply, splitter, close_ids, resumed_answer):
+                    yield event
+            except asyncio.CancelledError:
+                yield reply.stream.aborted()
+                raise
+            except Exception as exc:  # noqa: BLE001 (logged in _request_failure): keep the partial reply
+                for event in reply.stream.failed(self._request_failure(rid, exc)):
+                    yield event
+                return
+            for event in reply.stream.finished(reply.finish):
                 yield event
-        except asyncio.CancelledError:
-            yield reply.stream.aborted()
-            raise
-        except Exception as exc:  # noqa: BLE001 (logged in _request_failure): keep the partial reply
-            for event in reply.stream.failed(self._request_failure(rid, exc)):
-                yield event
-            return
-        for event in reply.stream.finished(reply.finish):
-            yield event
 
     def _thinking_on(self, sampling: SamplingConfig) -> bool:
         """The family's own thinking, or for a plain model our reasoning prompt if the config asks for it."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from app.core.model_families import model_family
-from app.engine.events import AnswerDelta, EngineEvent, ThinkingDelta
+from app.engine.events import AnswerDelta, EngineEvent, LoopDetected, ThinkingDelta
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -54,9 +54,16 @@ class Split:
 
 @dataclass
 class ReplyTexts:
-    """A reply's two texts as they stream out. Each pane's leading whitespace is dropped (the newline
-    after ``<think>``, the blank lines an answer opens with), and so is the thinking's trailing
-    whitespace (the newline before ``</think>``): it is held back until more thinking follows it."""
+    """A reply's two texts as they stream out: the one place they are kept while the reply runs.
+
+    The engine's ReplyStream writes them (``take``, ``cut``, ``start_from``); the window reads them through
+    ``EngineBase.reply_so_far``, and ``Finished`` carries them at the end. Across the engine process's pipe,
+    the window side keeps its image of them by ``follow``-ing the events (the child's copy dies with it).
+
+    Each pane's leading whitespace is dropped (the newline after ``<think>``, the blank lines an answer
+    opens with), and so is the thinking's trailing whitespace (the newline before ``</think>``): it is held
+    back until more thinking follows it. Lists change in place, so a reader's reference stays current.
+    """
 
     thinking: list[str] = field(default_factory=list)
     answer: list[str] = field(default_factory=list)
@@ -79,6 +86,27 @@ class ReplyTexts:
             self.answer.append(answer)
             events.append(AnswerDelta(request_id, answer))
         return events
+
+    def start_from(self, thinking: str, answer: str = "") -> None:
+        """A reply that goes on after a cut one's kept text ("Continue anyway"): its texts start with it."""
+        self.thinking[:] = [thinking] if thinking else []
+        self.answer[:] = [answer] if answer else []
+
+    def cut(self, phase: Literal["thinking", "answer"], chars: int) -> None:
+        """Keep a phase's text up to ``chars`` (the loop guard cut it there)."""
+        texts = self.thinking if phase == "thinking" else self.answer
+        kept = "".join(texts)[:chars]
+        texts[:] = [kept] if kept else []
+
+    def follow(self, event: EngineEvent) -> None:
+        """Keep up with the texts another ReplyTexts writes, from the events it returned: a delta as it was
+        taken, a loop guard's cut where the writer cut."""
+        if isinstance(event, ThinkingDelta):
+            self.thinking.append(event.text)
+        elif isinstance(event, AnswerDelta):
+            self.answer.append(event.text)
+        elif isinstance(event, LoopDetected) and event.outcome != "warned":
+            self.cut(event.phase, event.kept_char)
 
     @property
     def thinking_text(self) -> str:

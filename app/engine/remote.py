@@ -186,76 +186,79 @@ class RemoteEngine(EngineBase):
         finish: FinishReason = "stop"
         calls = StreamedCalls()
 
-        try:
-            if self._client is None or ready is None:
-                raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
-                                    NOT_STARTED_FIX)
-            kwargs: dict[str, Any] = {
-                "model": self.model, "messages": list(messages), "stream": True,
-                "temperature": sampling.temperature, "top_p": sampling.top_p,
-                "max_tokens": sampling.think_budget + sampling.max_tokens, "stream_options": {"include_usage": True}}
-            if model_family(self.model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
-                kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
-            kwargs.update(request_fields(sampling, tools, tool_choice))
-            # The server may take its time before the first chunk: that wait is what the budget bounds.
-            chunk_stream: AsyncIterator[Any] = await self._until_stopped(
-                self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
-            async with contextlib.aclosing(chunk_stream) as chunks:  # type: ignore[type-var]
-                iterator = aiter(chunks)
-                while True:
-                    try:
-                        chunk = await self._until_stopped(
-                            anext(iterator), rid, self.first_token_timeout_s if stream.first_token_at is None else None)
-                    except StopAsyncIteration:
-                        break
-                    if chunk.usage is not None:
-                        stream.prompt_tokens = chunk.usage.prompt_tokens or 0
-                    if not chunk.choices:
-                        continue
-                    choice = chunk.choices[0]
-                    for event in calls.feed(rid, choice.delta.tool_calls or ()):
-                        yield event
-                    part = splitter.feed(choice.delta.content or "", _delta_reasoning(choice.delta))
-                    # Servers send about one token per chunk: a phase's chunk counts as one token.
-                    phases: tuple[tuple[Phase, str], ...] = (("thinking", part.thinking), ("answer", part.answer))
-                    for phase, text in phases:
-                        if text:
-                            for event in stream.step(phase, Split(text, "") if phase == "thinking"
-                                                     else Split("", text), 1):
-                                yield event
-                    if choice.finish_reason:
-                        finish = ("length" if choice.finish_reason == "length" else
-                                  "tool_calls" if choice.finish_reason == "tool_calls" else "stop")
-                    if stream.loop is not None:
-                        # A server can't be told to close the think block mid-stream: a loop ends the reply.
-                        loop = stream.act_on_loop(can_conclude=False, can_resample=False)
-                        yield loop
-                        if loop.outcome != "warned":
-                            finish = "loop"
+        with self.keeping(rid, stream.texts):
+            try:
+                if self._client is None or ready is None:
+                    raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
+                                        NOT_STARTED_FIX)
+                kwargs: dict[str, Any] = {
+                    "model": self.model, "messages": list(messages), "stream": True,
+                    "temperature": sampling.temperature, "top_p": sampling.top_p,
+                    "max_tokens": sampling.think_budget + sampling.max_tokens,
+                    "stream_options": {"include_usage": True}}
+                if model_family(self.model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
+                    kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
+                kwargs.update(request_fields(sampling, tools, tool_choice))
+                # The server may take its time before the first chunk: that wait is what the budget bounds.
+                chunk_stream: AsyncIterator[Any] = await self._until_stopped(
+                    self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
+                async with contextlib.aclosing(chunk_stream) as chunks:  # type: ignore[type-var]
+                    iterator = aiter(chunks)
+                    while True:
+                        try:
+                            first = stream.first_token_at is None
+                            chunk = await self._until_stopped(
+                                anext(iterator), rid, self.first_token_timeout_s if first else None)
+                        except StopAsyncIteration:
                             break
-                    if stream.first_token_at is not None and (metrics := stream.due_metrics()) is not None:
-                        yield metrics
-            for event in stream.texts.take(rid, splitter.flush()):
+                        if chunk.usage is not None:
+                            stream.prompt_tokens = chunk.usage.prompt_tokens or 0
+                        if not chunk.choices:
+                            continue
+                        choice = chunk.choices[0]
+                        for event in calls.feed(rid, choice.delta.tool_calls or ()):
+                            yield event
+                        part = splitter.feed(choice.delta.content or "", _delta_reasoning(choice.delta))
+                        # Servers send about one token per chunk: a phase's chunk counts as one token.
+                        phases: tuple[tuple[Phase, str], ...] = (("thinking", part.thinking), ("answer", part.answer))
+                        for phase, text in phases:
+                            if text:
+                                for event in stream.step(phase, Split(text, "") if phase == "thinking"
+                                                         else Split("", text), 1):
+                                    yield event
+                        if choice.finish_reason:
+                            finish = ("length" if choice.finish_reason == "length" else
+                                      "tool_calls" if choice.finish_reason == "tool_calls" else "stop")
+                        if stream.loop is not None:
+                            # A server can't be told to close the think block mid-stream: a loop ends the reply.
+                            loop = stream.act_on_loop(can_conclude=False, can_resample=False)
+                            yield loop
+                            if loop.outcome != "warned":
+                                finish = "loop"
+                                break
+                        if stream.first_token_at is not None and (metrics := stream.due_metrics()) is not None:
+                            yield metrics
+                for event in stream.texts.take(rid, splitter.flush()):
+                    yield event
+            except _Aborted:
+                finish = "abort"
+            except asyncio.CancelledError:
+                yield stream.aborted()
+                raise
+            except (EngineFailure, openai.OpenAIError, asyncio.TimeoutError, OSError) as exc:
+                # Keep what arrived; say what went wrong and where.
+                failure = self.failure_for(exc)
+                if not isinstance(exc, EngineFailure):
+                    log.warning("request %s to profile %s failed: %s", rid, self.profile.name, type(exc).__name__)
+                for event in stream.failed(failure):
+                    yield event
+                return
+            finally:
+                self._stops.pop(rid, None)
+            if calls.calls() and finish == "stop":
+                finish = "tool_calls"
+            for event in stream.finished(finish, calls.calls()):
                 yield event
-        except _Aborted:
-            finish = "abort"
-        except asyncio.CancelledError:
-            yield stream.aborted()
-            raise
-        except (EngineFailure, openai.OpenAIError, asyncio.TimeoutError, OSError) as exc:
-            # Keep what arrived; say what went wrong and where.
-            failure = self.failure_for(exc)
-            if not isinstance(exc, EngineFailure):
-                log.warning("request %s to profile %s failed: %s", rid, self.profile.name, type(exc).__name__)
-            for event in stream.failed(failure):
-                yield event
-            return
-        finally:
-            self._stops.pop(rid, None)
-        if calls.calls() and finish == "stop":
-            finish = "tool_calls"
-        for event in stream.finished(finish, calls.calls()):
-            yield event
 
 
 def request_fields(sampling: SamplingConfig, tools: Tools | None, tool_choice: ToolChoice | None) -> dict[str, Any]:

@@ -129,44 +129,45 @@ class ScriptedEngineDouble(EngineBase):
                              kv_capacity_tokens=capacity, kv=kv, sampling=sampling)
         if resume is not None:
             stream.resume_from(resume)
-        reason: FinishReason = "stop"
-        next_at = time.perf_counter()
-        skip_thinking = False  # the guard concluded: the script's remaining thinking is not played
-        for index, delta in enumerate(script.deltas):
-            if skip_thinking:
-                if THINK_CLOSE not in delta:
-                    continue
-                skip_thinking, delta = False, delta[delta.index(THINK_CLOSE):]
-            if rid in self._aborted:
-                reason = "abort"
-                break
-            if script.fail_after is not None and index >= script.fail_after:
-                for event in stream.failed(script.failure):
-                    yield event
-                return
-            if rid in self._answer_now and splitter.in_thinking:
-                splitter.feed("</think>")
-                self._answer_now.discard(rid)
-            next_at += interval
-            delay = next_at - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif index % 64 == 0:
-                await asyncio.sleep(0)  # a very fast script still lets abort in
-            phase: Phase = "thinking" if splitter.in_thinking else "answer"
-            for event in stream.step(phase, splitter.feed(delta), 1):  # one delta stands for one token
-                yield event
-            if stream.loop is not None:
-                loop = stream.act_on_loop(can_resample=False)  # a script can't be sampled again
-                yield loop
-                if loop.outcome in ("stopped", "cut"):
-                    reason = "loop"
+        with self.keeping(rid, stream.texts):
+            reason: FinishReason = "stop"
+            next_at = time.perf_counter()
+            skip_thinking = False  # the guard concluded: the script's remaining thinking is not played
+            for index, delta in enumerate(script.deltas):
+                if skip_thinking:
+                    if THINK_CLOSE not in delta:
+                        continue
+                    skip_thinking, delta = False, delta[delta.index(THINK_CLOSE):]
+                if rid in self._aborted:
+                    reason = "abort"
                     break
-                skip_thinking = loop.outcome == "concluded"
-            if index % 16 == 0:
-                yield stream.metrics()
-        for event in stream.texts.take(rid, splitter.flush()):
-            yield event
-        self._aborted.discard(rid)
-        for event in stream.finished(reason):
-            yield event
+                if script.fail_after is not None and index >= script.fail_after:
+                    for event in stream.failed(script.failure):
+                        yield event
+                    return
+                if rid in self._answer_now and splitter.in_thinking:
+                    splitter.feed("</think>")
+                    self._answer_now.discard(rid)
+                next_at += interval
+                delay = next_at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                elif index % 64 == 0:
+                    await asyncio.sleep(0)  # a very fast script still lets abort in
+                phase: Phase = "thinking" if splitter.in_thinking else "answer"
+                for event in stream.step(phase, splitter.feed(delta), 1):  # one delta stands for one token
+                    yield event
+                if stream.loop is not None:
+                    loop = stream.act_on_loop(can_resample=False)  # a script can't be sampled again
+                    yield loop
+                    if loop.outcome in ("stopped", "cut"):
+                        reason = "loop"
+                        break
+                    skip_thinking = loop.outcome == "concluded"
+                if index % 16 == 0:
+                    yield stream.metrics()
+            for event in stream.texts.take(rid, splitter.flush()):
+                yield event
+            self._aborted.discard(rid)
+            for event in stream.finished(reason):
+                yield event

@@ -107,8 +107,7 @@ class ReplyStream:
         """The reply goes on after a cut one's kept text: its texts start with it (no events: the UI has it).
         ``thinking_tokens``: the kept thinking's, which the think budget covers too."""
         self.rates["thinking"].tokens = thinking_tokens
-        self.texts.thinking[:] = [resume.thinking] if resume.thinking else []
-        self.texts.answer[:] = [resume.answer] if resume.phase == "answer" and resume.answer else []
+        self.texts.start_from(resume.thinking, resume.answer if resume.phase == "answer" else "")
 
     def step(self, phase: Phase, part: Split, tokens: int | Sequence[int],
              now: float | None = None) -> list[EngineEvent]:
@@ -180,8 +179,7 @@ class ReplyStream:
 
     def rewind(self, phase: Phase, tokens: int, chars: int) -> None:
         """Keep a phase's text up to ``chars`` (its first ``tokens`` tokens); the detector goes on from there."""
-        kept = (self.texts.thinking_text if phase == "thinking" else self.texts.answer_text)[:chars]
-        (self.texts.thinking if phase == "thinking" else self.texts.answer)[:] = [kept] if kept else []
+        self.texts.cut(phase, chars)
         detector = self._detectors.get(phase)
         if detector is not None:
             detector.rewind(tokens, chars)

@@ -72,9 +72,9 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
             app.quit()
             return
         if welcome:  # the engine starts once a model is chosen (or the dialog is closed: embedded)
-            window.open_model_chooser(first_run=True)
+            window.menus.open_model_chooser(first_run=True)
         else:
-            window.start_engine()
+            window.controller.start_engine()
 
     # After the first paint: the window is on screen before the engine (and torch) load.
     QTimer.singleShot(0, on_first_frame)
@@ -82,7 +82,7 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
     with loop:
         loop.run_until_complete(closed.wait())
         loop.run_until_complete(cancel_pending_tasks())  # an abandoned engine start, a slot mid-await
-    window.bridge.close()  # idempotent: the window's closeEvent usually did it already
+    window.controller.bridge.close()  # idempotent: the window's closeEvent usually did it already
     return 0
 
 

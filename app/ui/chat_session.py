@@ -3,6 +3,9 @@
 It sends, regenerates, stops, saves partial replies every second and aborts on close. A reply that
 calls tools goes through ``ToolLoop`` (approval, run, result) and on with a follow-up request that
 carries the results. The window shows what it reports through its signals; tests drive it without a window.
+
+It keeps no copy of a reply's text: while the reply runs, the engine keeps it (``EngineBase.reply_so_far``,
+loop cuts and resumed text included); at its end, ``Finished`` carries it into the turn.
 """
 
 from __future__ import annotations
@@ -61,8 +64,6 @@ class ChatSession(QObject):
         self.model = ConversationListModel(self)
         self.current_row = -1
         self.current_request: str | None = None
-        self._thinking: list[str] = []
-        self._answer: list[str] = []
         self._answer_started = False
         self._last_loops: dict[int | None, tuple[LoopDetected, ...]] = {}  # message id: what the guard did in its reply
         self._continued_after = ""  # the cut reply's loop record, while Continue anyway streams
@@ -96,14 +97,28 @@ class ChatSession(QObject):
     def awaiting_tools(self) -> bool:
         return self.tool_loop is not None and self.tool_loop.active
 
+    def reply_so_far(self) -> tuple[str, str] | None:
+        """The streaming reply's thinking and answer, read where the engine keeps them; None when no request
+        streams or the engine keeps none for it (not begun, or ended: its Finished is on its way)."""
+        if self.current_request is None:
+            return None
+        texts = self.controller.bridge.engine.reply_so_far(self.current_request)
+        return None if texts is None else (texts.thinking_text, texts.answer_text)
+
     @property
     def thinking_text(self) -> str:
-        """What the current (or last) reply has thought so far."""
-        return "".join(self._thinking)
+        """What the current reply has thought so far, or the last reply's (from its turn)."""
+        return self._texts()[0]
 
     @property
     def answer_text(self) -> str:
-        return "".join(self._answer)
+        return self._texts()[1]
+
+    def _texts(self) -> tuple[str, str]:
+        if (so_far := self.reply_so_far()) is not None:
+            return so_far
+        turns = self.conversation.turns if len(self.model) else []
+        return (turns[-1].thinking, turns[-1].answer) if turns else ("", "")
 
     def load_history(self) -> None:
         """The stored conversations; the last one is shown, a new one if there are none."""
@@ -165,6 +180,7 @@ class ChatSession(QObject):
             self.rename(conversation.title)
         await self._run_reply(conversation)
 
+    @asyncSlot()
     async def regenerate(self) -> None:
         """Answer the last question again; during a tool call, that call is dropped first."""
         conversation = self.conversation
@@ -228,7 +244,6 @@ class ChatSession(QObject):
         request_id = uuid.uuid4().hex[:12]
         self.current_request = request_id
         self._answer_started = False
-        self._thinking, self._answer = [], []
         return request_id
 
     async def _generate(self, conversation: Conversation, sampling: SamplingConfig, request_id: str,
@@ -244,7 +259,9 @@ class ChatSession(QObject):
             log.exception("generation crashed")
             bridge.post(EngineErrorEvent(request_id, EngineFailure(
                 FailureKind.ENGINE_DIED, f"The engine failed: {exc}", "Restart the engine.")))
-            bridge.post(Finished(request_id, "error", self.thinking_text, self.answer_text))
+            # The engine's texts went with its generate(): the turn keeps what the last partial save kept.
+            thinking, answer = self._last_saved(conversation.turns[-1])
+            bridge.post(Finished(request_id, "error", thinking, answer))
 
     def _offered_tools(self, conversation: Conversation) -> list[Any]:
         if self.tools is None or not conversation.tools:
@@ -316,7 +333,6 @@ class ChatSession(QObject):
             if self._answer_now_next:
                 self._answer_now_next = False
                 self.controller.bridge.answer_now(request_id)
-            self._thinking.append(text)
             self.thinking_delta.emit(text)
 
     def _on_answer_delta(self, request_id: str, text: str) -> None:
@@ -325,7 +341,6 @@ class ChatSession(QObject):
         if not self._answer_started:
             self._answer_started = True
             self.answer_started.emit()
-        self._answer.append(text)
         self.answer_delta.emit(text)
 
     def _on_metrics(self, metrics: Metrics) -> None:
@@ -341,11 +356,8 @@ class ChatSession(QObject):
             self.notice.emit(f"Answered by {event.backend}: {event.reason}.")
 
     def _on_loop_detected(self, event: LoopDetected) -> None:
-        if event.request_id != self.current_request:
-            return
-        if event.outcome != "warned" and event.phase == "answer":
-            self._answer = [self.answer_text[:event.kept_char]]  # the cut answer is what a partial save keeps
-        self.loop_detected.emit(event)
+        if event.request_id == self.current_request:
+            self.loop_detected.emit(event)
 
     def _on_finished(self, finished: Finished) -> None:
         if finished.request_id != self.current_request:
@@ -382,8 +394,12 @@ class ChatSession(QObject):
 
     def save_partial(self) -> None:
         """Every second while a reply streams: a crash then loses at most about a second of it."""
-        if self.streaming and self.conversation.turns:
-            self.history.save_partial(self.conversation.turns[-1], self.thinking_text, self.answer_text)
+        if self.conversation.turns and (so_far := self.reply_so_far()) is not None:
+            self.history.save_partial(self.conversation.turns[-1], *so_far)
+
+    def _last_saved(self, turn: Turn) -> tuple[str, str]:
+        row = self.history.message_row(turn.message_id) if turn.message_id is not None else {}
+        return row.get("thinking_text", ""), row.get("answer_text", "")
 
     def close(self) -> None:
         """Abort what streams and keep what arrived, marked "abort"; late events are ignored after this."""
@@ -395,9 +411,10 @@ class ChatSession(QObject):
             self.history.finish_turn(turn)
         if self.current_request:
             engine = self.controller.bridge.engine
-            engine.loop_thread.submit(engine.abort(self.current_request))
             turn = self.conversation.turns[-1]
-            turn.thinking, turn.answer = self.thinking_text, self.answer_text
+            # None: its Finished is on its way through the bridge; the last partial save is at most a second old.
+            turn.thinking, turn.answer = self.reply_so_far() or self._last_saved(turn)
+            engine.loop_thread.submit(engine.abort(self.current_request))
             turn.finish_reason = "abort"
             self.history.finish_turn(turn)
             self.current_request = None

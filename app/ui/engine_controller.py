@@ -40,6 +40,7 @@ class EngineController(QObject):
     failure = Signal(object)        # EngineFailure for the user; ``retry()`` is its action
     engine_stopped = Signal()       # the engine died while nobody was asking it anything
     api_url_changed = Signal(str)   # the local API server's URL; "" when it is off
+    settings_changed = Signal(object, object)  # (before, after): saved through apply_settings
     notice = Signal(str)
 
     def __init__(self, engine: EngineBase, settings: Settings, keys: KeyStore,
@@ -134,15 +135,17 @@ class EngineController(QObject):
             self.apply_settings(trial)  # the engine already runs with it: saved, no restart
 
     def apply_settings(self, settings: Settings) -> None:
-        """Save; restart the engine only if an engine or backend setting changed (never under a reply)."""
+        """The one way settings change: save, tell ``settings_changed`` (the tool servers follow it), and
+        restart the engine only if an engine or backend setting changed (never under a reply)."""
         if settings.engine.model != self.settings.engine.model:  # a model was chosen: its card's sampling
             settings = changed(settings, sampling=with_card_sampling(settings.sampling,
                                                                      model_family(settings.engine.model)))
         switch = settings.backends != self.settings.backends or self.keys.profile_changes != self._engine_keys
         running = self._started_config if self.bridge.ready is not None else None
         restart = switch or settings.engine != running
-        self.settings = settings
+        before, self.settings = self.settings, settings
         save_settings(settings)
+        self.settings_changed.emit(before, settings)
         if switch and not self._busy():
             from app.engine.backends import build_engine
 

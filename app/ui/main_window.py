@@ -1,15 +1,15 @@
 """MainWindow: conversations on the left; transcript, live thinking and answer panes, input and gauges.
 
 Layout and wiring only: ``self.session`` (ChatSession) holds the conversations and the reply,
-``self.controller`` (EngineController) the engine and the local API server.
+``self.controller`` (EngineController) the engine, the settings and the local API server, ``self.tools``
+the tool servers, ``self.menus`` the dialogs. Tests, benches and dialogs use those objects and the widgets
+that own their state (``chat_view``, ``controls``, ``status_bar``); the window forwards nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
@@ -20,7 +20,7 @@ from app.core.conversation import Conversation
 from app.core.history import HistoryStore
 from app.core.keystore import KeyStore
 from app.core.model_families import model_family
-from app.core.settings import EngineConfig, Settings, ToolServer
+from app.core.settings import Settings
 from app.engine.base import EngineBase
 from app.engine.events import EngineReady, Finished, LoopDetected, StatusChanged
 from app.ui.chat_session import ChatSession
@@ -33,12 +33,6 @@ from app.ui.reply_controls import ReplyControls
 from app.ui.status_bar import EngineStatusBar
 from app.ui.tools_controller import ToolsController
 from app.ui.window_menus import WindowMenus
-
-if TYPE_CHECKING:
-    from app.ui.bridge import EngineBridge
-    from app.ui.measure_dialog import MeasureDialog
-    from app.ui.settings_dialog import SettingsDialog
-    from app.ui.welcome_dialog import WelcomeDialog
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +52,7 @@ class MainWindow(QMainWindow):
         self.tools = ToolsController(self)  # the MCP servers of Settings → Tools, on their own thread
         self.session = ChatSession(self.controller, history or HistoryStore(), self, tools=self.tools)
         self._build_widgets()
-        self.menus = WindowMenus(self)
+        self.menus = WindowMenus(self, self.controller, self.session, self.tools, self.gauges)
         self._connect()
         self._connect_tools()
         self.session.load_history()
@@ -73,9 +67,6 @@ class MainWindow(QMainWindow):
     def _build_widgets(self) -> None:
         self.conversation_list = ConversationList(self.session.model)
         self.chat_view = ChatView()
-        self.transcript = self.chat_view.transcript
-        self.thinking_pane = self.chat_view.thinking_pane
-        self.answer_pane = self.chat_view.answer_pane
         self.banner = ErrorBanner()
         self.notice_label = QLabel(wordWrap=True)
         self.notice_label.setObjectName("NoticeLabel")
@@ -83,10 +74,6 @@ class MainWindow(QMainWindow):
         self.prompt = PromptEdit()
         self.controls = ReplyControls()
         controls = self.controls
-        self.send_button, self.think_switch, self.stop_button = (controls.send_button, controls.think_switch,
-                                                                 controls.stop_button)
-        self.answer_now_button, self.regenerate_button, self.copy_button = (
-            controls.answer_now_button, controls.regenerate_button, controls.copy_button)
 
         center = QWidget()
         center_layout = QVBoxLayout(center)
@@ -108,10 +95,9 @@ class MainWindow(QMainWindow):
 
         self.status_bar = EngineStatusBar()
         self.setStatusBar(self.status_bar)
-        self.status_label, self.api_label = self.status_bar.status_label, self.status_bar.api_label
 
     def _connect(self) -> None:
-        bridge, controller, session = self.bridge, self.controller, self.session
+        bridge, controller, session = self.controller.bridge, self.controller, self.session
         bridge.status_changed.connect(self.on_status)
         bridge.engine_ready.connect(self.on_engine_ready)
         bridge.metrics_updated.connect(self.gauges.update_metrics)
@@ -124,26 +110,27 @@ class MainWindow(QMainWindow):
         controller.api_url_changed.connect(self.status_bar.show_api_url)
         session.current_changed.connect(self.show_conversation)
         session.reply_started.connect(self.on_reply_started)
-        session.thinking_delta.connect(self.thinking_pane.append)
+        session.thinking_delta.connect(self.chat_view.thinking_pane.append)
         session.answer_started.connect(self.chat_view.start_answer)
-        session.answer_delta.connect(self.answer_pane.append)
-        session.thinking_tokens.connect(self.thinking_pane.set_tokens)
+        session.answer_delta.connect(self.chat_view.answer_pane.append)
+        session.thinking_tokens.connect(self.chat_view.thinking_pane.set_tokens)
         session.backend_changed.connect(self.chat_view.set_backend)
         session.loop_detected.connect(self.on_loop_detected)
-        self.thinking_pane.continue_anyway.connect(session.continue_past_loop)
+        self.chat_view.thinking_pane.continue_anyway.connect(session.continue_past_loop)
         session.notice.connect(self.show_notice)
         session.state_changed.connect(self.refresh_state)
         session.reply_finished.connect(self.on_reply_finished)
         self.prompt.submitted.connect(self.send)
-        self.send_button.clicked.connect(self.send)
-        self.think_switch.toggled.connect(session.set_thinking)
-        self.stop_button.clicked.connect(session.stop)
-        self.answer_now_button.clicked.connect(session.answer_now)
-        self.regenerate_button.clicked.connect(self.regenerate)
-        self.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.answer_pane.text()))
+        controls, answer_pane = self.controls, self.chat_view.answer_pane
+        controls.send_button.clicked.connect(self.send)
+        controls.think_switch.toggled.connect(session.set_thinking)
+        controls.stop_button.clicked.connect(session.stop)
+        controls.answer_now_button.clicked.connect(session.answer_now)
+        controls.regenerate_button.clicked.connect(session.regenerate)
+        controls.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(answer_pane.text()))
         self.banner.action_clicked.connect(controller.retry)
         lst = self.conversation_list
-        lst.new_button.clicked.connect(self.new_conversation)
+        lst.new_button.clicked.connect(session.new_conversation)
         lst.rename_button.clicked.connect(self.rename_conversation)
         lst.delete_button.clicked.connect(self.delete_conversation)
         lst.list.selectionModel().currentRowChanged.connect(lambda current, _: session.select(current.row()))
@@ -159,57 +146,26 @@ class MainWindow(QMainWindow):
         panel.deny.connect(loop.deny)
         self.controls.tools_switch.toggled.connect(session.set_tools)
         self.tools.notice.connect(self.show_notice)
+        controller = self.controller
         self.tools.servers_changed.connect(
-            lambda: self.controls.tools_switch.show_tools(len(self.tools.offered(self.settings.tools))))
-        if self.settings.tools.servers:  # once the UI loop runs: the window is built before qasync's loop starts
-            QTimer.singleShot(0, lambda: self.tools.configure(self.settings.tools.servers))
-
-    # ---- what tests, benches and dialogs use ---------------------------------------------------
-
-    @property
-    def bridge(self) -> EngineBridge:
-        return self.controller.bridge
-
-    @property
-    def settings(self) -> Settings:
-        return self.controller.settings
-
-    @property
-    def conversation(self) -> Conversation:
-        return self.session.conversation
-
-    @property
-    def streaming(self) -> bool:
-        return self.session.streaming
-
-    @property
-    def engine_ready(self) -> bool:
-        return self.controller.engine_ready
-
-    def start_engine(self, config: EngineConfig | None = None) -> object:
-        return self.controller.start_engine(config)
-
-    def apply_settings(self, settings: Settings) -> None:
-        servers = self.settings.tools.servers
-        self.controller.apply_settings(settings)
-        self.sync_tool_servers(servers)
-
-    def sync_tool_servers(self, before: tuple[ToolServer, ...] | None = None) -> None:
-        """Connect the servers the settings name, and only those (Settings → Tools may have tried others)."""
-        wanted = self.settings.tools.servers
-        if wanted != before or set(self.tools.states) != {server.name for server in wanted}:
-            self.tools.configure(wanted)
+            lambda: self.controls.tools_switch.show_tools(len(self.tools.offered(controller.settings.tools))))
+        controller.settings_changed.connect(lambda before, after: self.tools.sync(after.tools.servers,
+                                                                                  before.tools.servers))
+        if controller.settings.tools.servers:  # once the UI loop runs: the window is built before qasync's loop starts
+            QTimer.singleShot(0, lambda: self.tools.configure(controller.settings.tools.servers))
 
     # ---- state ---------------------------------------------------------------------------------
 
     def refresh_state(self) -> None:
-        self.set_busy_state(engine_ready=self.engine_ready, streaming=self.streaming)
+        self.set_busy_state(engine_ready=self.controller.engine_ready, streaming=self.session.streaming)
 
     def set_busy_state(self, *, engine_ready: bool, streaming: bool) -> None:
         self.prompt.setEnabled(engine_ready and not streaming)
+        session = self.session
         self.controls.set_state(engine_ready=engine_ready, streaming=streaming,
-                                has_turns=bool(len(self.session.model) and self.conversation.turns),
-                                has_answer=bool(self.answer_pane.text()), awaiting_tools=self.session.awaiting_tools)
+                                has_turns=bool(len(session.model) and session.conversation.turns),
+                                has_answer=bool(self.chat_view.answer_pane.text()),
+                                awaiting_tools=session.awaiting_tools)
         self.conversation_list.setEnabled(not streaming)
         self.menus.restart_action.setEnabled(not streaming)
 
@@ -219,7 +175,7 @@ class MainWindow(QMainWindow):
         self.set_busy_state(engine_ready=False, streaming=False)
 
     def on_engine_stopped(self) -> None:
-        self.status_label.setText("engine stopped")
+        self.status_bar.status_label.setText("engine stopped")
         self.gauges.set_engine(None)
 
     def on_status(self, status: StatusChanged) -> None:
@@ -231,7 +187,7 @@ class MainWindow(QMainWindow):
         log.info("engine ready: %s · KV %s · %d tokens · loaded in %.1f s", ready.model, ready.kv_cache_dtype,
                  ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
-        self.think_switch.show_family(model_family(ready.model))
+        self.controls.think_switch.show_family(model_family(ready.model))
         self.refresh_state()
         self.prompt.setFocus()
 
@@ -243,7 +199,7 @@ class MainWindow(QMainWindow):
         if self.conversation_list.list.currentIndex().row() != row:
             self.conversation_list.select(row)
         conversation = self.session.model[row]
-        self.think_switch.show_chat(conversation.thinking)
+        self.controls.think_switch.show_chat(conversation.thinking)
         self.controls.tools_switch.show_chat(conversation.tools)
         self.chat_view.show_conversation(conversation)
         if conversation.turns and conversation.turns[-1].finish_reason == "interrupted":
@@ -253,17 +209,15 @@ class MainWindow(QMainWindow):
 
     # ---- conversations -------------------------------------------------------------------------
 
-    def new_conversation(self) -> None:
-        self.session.new_conversation()
-
     def rename_conversation(self) -> None:
-        title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=self.conversation.title)
+        title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=self.session.conversation.title)
         if ok and title.strip():
             self.session.rename(title.strip())
 
     def delete_conversation(self) -> None:
-        if self.conversation.turns and QMessageBox.question(
-                self, "Delete conversation", f"Delete “{self.conversation.title}”?") != QMessageBox.StandardButton.Yes:
+        conversation = self.session.conversation
+        if conversation.turns and QMessageBox.question(
+                self, "Delete conversation", f"Delete “{conversation.title}”?") != QMessageBox.StandardButton.Yes:
             return
         self.session.delete_current()
 
@@ -272,14 +226,10 @@ class MainWindow(QMainWindow):
     @asyncSlot()
     async def send(self, text: str | None = None) -> None:
         text = (text if isinstance(text, str) else self.prompt.toPlainText()).strip()
-        if not text or self.streaming or not self.engine_ready:
+        if not text or self.session.streaming or not self.controller.engine_ready:
             return
         self.prompt.clear()
         await self.session.send(text)
-
-    @asyncSlot()
-    async def regenerate(self) -> None:
-        await self.session.regenerate()
 
     def on_reply_started(self, conversation: Conversation) -> None:
         self.notice_label.hide()
@@ -288,30 +238,15 @@ class MainWindow(QMainWindow):
 
     def on_loop_detected(self, event: LoopDetected) -> None:
         cut = event.outcome != "warned"
-        self.thinking_pane.show_loop(event.summary(), event.start_char if cut and event.phase == "thinking"
-                                     else None, event.copies)
+        self.chat_view.thinking_pane.show_loop(event.summary(), event.start_char if cut and event.phase == "thinking"
+                                               else None, event.copies)
         if cut and event.phase == "answer":
-            self.answer_pane.keep(event.kept_char)
+            self.chat_view.answer_pane.keep(event.kept_char)
 
     def on_reply_finished(self, finished: Finished) -> None:
         self.chat_view.finish_reply()
         self.refresh_state()
         self.reply_finished.emit(finished)
-
-    # ---- dialogs (app/ui/window_menus.py) -------------------------------------------------------
-
-    @property
-    def measure_dialog(self) -> MeasureDialog | None:
-        return self.menus.measure_dialog
-
-    def open_settings(self) -> SettingsDialog:
-        return self.menus.open_settings()
-
-    def open_model_chooser(self, *, first_run: bool = False) -> WelcomeDialog:
-        return self.menus.open_model_chooser(first_run=first_run)
-
-    def export_conversation(self, kind: str, path: str | None = None) -> Path | None:
-        return self.menus.export_conversation(kind, path)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         """Abort what streams, shut the engine down (its processes too), then close."""

@@ -35,6 +35,12 @@ class ToolsController(QObject):
         """Connect to ``servers`` (unchanged ones are kept); each server's tools or problem lands in ``states``."""
         await self.connect_servers(servers)
 
+    def sync(self, wanted: tuple[ToolServer, ...], before: tuple[ToolServer, ...] | None = None) -> None:
+        """Connect the servers the settings name, and only those: after a settings change (``before``: the
+        servers saved until then), or after Settings closed without saving (its Tools tab may have tried others)."""
+        if wanted != before or set(self.states) != {server.name for server in wanted}:
+            self.configure(wanted)
+
     async def connect_servers(self, servers: tuple[ToolServer, ...]) -> dict[str, ServerState]:
         if not self.toolbox.loop_thread.alive:
             return {}

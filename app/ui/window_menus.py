@@ -1,45 +1,48 @@
 """The main window's menu bar and what its entries open: Settings, the model chooser, Measure FP8…,
-conversation export and the log folder. Each dialog is given what it changes (the settings path, the
-controller), never the window's internals."""
+conversation export and the log folder. The menus get the objects that own the state (the engine
+controller, the chat session, the tool servers, the gauges), never the window's internals; each dialog
+changes settings through ``EngineController.apply_settings``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QMainWindow
 
 from app.core import paths
 from app.core.history import export_json, export_markdown
+from app.ui.chat_session import ChatSession
+from app.ui.engine_controller import EngineController
+from app.ui.gauges import GaugeBar
 from app.ui.measure_dialog import MeasureDialog
 from app.ui.settings_dialog import SettingsDialog
+from app.ui.tools_controller import ToolsController
 from app.ui.welcome_dialog import WelcomeDialog
-
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
 
 
 class WindowMenus(QObject):
-    """File, Engine and Help, built on ``window``'s menu bar."""
+    """File, Engine and Help, built on ``window``'s menu bar; the dialogs they open are ``window``'s children."""
 
-    def __init__(self, window: MainWindow) -> None:
+    def __init__(self, window: QMainWindow, controller: EngineController, session: ChatSession,
+                 tools: ToolsController, gauges: GaugeBar) -> None:
         super().__init__(window)
         self.window = window
+        self.controller, self.session, self.tools, self.gauges = controller, session, tools, gauges
         self.measure_dialog: MeasureDialog | None = None
         file_menu = window.menuBar().addMenu("&File")
         preferences = QKeySequence(QKeySequence.StandardKey.Preferences)  # empty on Linux: Ctrl+, as Linux apps use
         file_menu.addActions([
-            self._action("&New conversation", window.new_conversation, QKeySequence.StandardKey.New),
+            self._action("&New conversation", session.new_conversation, QKeySequence.StandardKey.New),
             self._action("&Settings…", self.open_settings,
                          QKeySequence("Ctrl+,") if preferences.isEmpty() else preferences),
             self._action("Export conversation as &Markdown…", lambda: self.export_conversation("md")),
             self._action("Export conversation as &JSON…", lambda: self.export_conversation("json")),
             self._action("&Quit", window.close, QKeySequence.StandardKey.Quit)])
         engine_menu = window.menuBar().addMenu("&Engine")
-        self.restart_action = self._action("&Restart engine", lambda: window.start_engine())
+        self.restart_action = self._action("&Restart engine", lambda: controller.start_engine())
         engine_menu.addActions([self.restart_action, self._action("Choose &model…", lambda: self.open_model_chooser()),
                                 self._action("Measure &FP8…", lambda: self.open_measure_dialog())])
         window.menuBar().addMenu("&Help").addAction(self._action("Open &log folder", self.open_log_folder))
@@ -53,10 +56,11 @@ class WindowMenus(QObject):
         return action
 
     def open_settings(self) -> SettingsDialog:
-        window = self.window
-        dialog = SettingsDialog(window.settings, parent=window, keys=window.controller.keys, tools=window.tools)
-        dialog.applied.connect(window.apply_settings)
-        dialog.rejected.connect(window.sync_tool_servers)  # servers only tried in the Tools tab end
+        controller, tools = self.controller, self.tools
+        dialog = SettingsDialog(controller.settings, parent=self.window, keys=controller.keys, tools=tools)
+        dialog.applied.connect(controller.apply_settings)
+        # Closed without saving: servers only tried in the Tools tab end.
+        dialog.rejected.connect(lambda: tools.sync(controller.settings.tools.servers))
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog
@@ -68,21 +72,21 @@ class WindowMenus(QObject):
         """
         from app.engine.capability import probe_hardware
 
-        window = self.window
-        dialog = WelcomeDialog(probe_hardware(), parent=window)
+        controller = self.controller
+        dialog = WelcomeDialog(probe_hardware(), parent=self.window)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.accepted.connect(lambda: window.apply_settings(window.settings.with_engine(**dialog.engine_update)))
+        dialog.accepted.connect(
+            lambda: controller.apply_settings(controller.settings.with_engine(**dialog.engine_update)))
         if first_run:
-            dialog.rejected.connect(lambda: window.apply_settings(window.settings.with_engine()))
+            dialog.rejected.connect(lambda: controller.apply_settings(controller.settings.with_engine()))
         dialog.open()
         return dialog
 
     def open_measure_dialog(self) -> MeasureDialog:
         """Non-modal; one at a time (its jobs own the machine's engine processes)."""
         if self.measure_dialog is None:
-            window = self.window
-            self.measure_dialog = MeasureDialog(window.controller, window.session, window.gauges.set_saturation_profile,
-                                                parent=window)
+            self.measure_dialog = MeasureDialog(self.controller, self.session, self.gauges.set_saturation_profile,
+                                                parent=self.window)
             self.measure_dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
             self.measure_dialog.destroyed.connect(lambda: setattr(self, "measure_dialog", None))
         self.measure_dialog.show()
@@ -94,7 +98,7 @@ class WindowMenus(QObject):
             self.measure_dialog.close()  # ends its jobs' process groups
 
     def export_conversation(self, kind: str, path: str | None = None) -> Path | None:
-        conversation = self.window.conversation
+        conversation = self.session.conversation
         if path is None:
             suggested = str(Path.home() / f"{conversation.title[:40] or 'conversation'}.{kind}")
             path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", suggested,

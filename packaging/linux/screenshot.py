@@ -36,7 +36,7 @@ def main(out: Path) -> int:
         shot.unlink(missing_ok=True)  # each is taken once, when its moment comes
 
     def grab(win, path: Path) -> None:
-        win.answer_pane.render_markdown()
+        win.chat_view.answer_pane.render_markdown()
         app.processEvents()
         screen = app.primaryScreen().grabWindow(0)  # the X server's pixels, not a widget render
         screen.copy(win.frameGeometry()).save(str(path))
@@ -52,23 +52,24 @@ def main(out: Path) -> int:
         except StopIteration:
             QTimer.singleShot(200, poll)
             return
-        turns = len(win.conversation.turns)
-        if win.send_button.isEnabled() and turns == 0:
+        turns = len(win.session.conversation.turns)
+        if win.controls.send_button.isEnabled() and turns == 0:
             win.prompt.setPlainText(PROMPT)
             win.send()
-        elif win.send_button.isEnabled() and turns == 1 and not shots[0].exists():
-            win.regenerate()  # the reply ended before the answer got long enough: try again
-        elif win.send_button.isEnabled() and turns == 1:
+        elif win.controls.send_button.isEnabled() and turns == 1 and not shots[0].exists():
+            win.session.regenerate()  # the reply ended before the answer got long enough: try again
+        elif win.controls.send_button.isEnabled() and turns == 1:
             win.prompt.setPlainText(FOLLOW_UP)
             win.send()
-        elif win.send_button.isEnabled():
-            win.regenerate()
-        elif win.streaming and len(win.answer_pane.text()) > 80 and turns == 1 and not shots[0].exists():
-            win.thinking_pane.set_folded(False)
+        elif win.controls.send_button.isEnabled():
+            win.session.regenerate()
+        elif (win.session.streaming and len(win.chat_view.answer_pane.text()) > 80 and turns == 1
+              and not shots[0].exists()):
+            win.chat_view.thinking_pane.set_folded(False)
             grab(win, shots[0])
-            win.thinking_pane.set_folded(True)
+            win.chat_view.thinking_pane.set_folded(True)
             grab(win, shots[1])
-        elif win.streaming and len(win.answer_pane.text()) > 60 and turns == 2:
+        elif win.session.streaming and len(win.chat_view.answer_pane.text()) > 60 and turns == 2:
             grab(win, shots[2])
             win.close()
             app.quit()

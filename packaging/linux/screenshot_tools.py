@@ -42,7 +42,7 @@ def main(out: Path) -> int:
             return
         session = win.session
         turns = session.conversation.turns
-        if win.send_button.isEnabled() and not turns and "demo" in win.tools.states:
+        if win.controls.send_button.isEnabled() and not turns and "demo" in win.tools.states:
             win.controls.tools_switch.setChecked(True)
             session.tool_choice = {"type": "function", "function": {"name": "add"}}
             win.prompt.setPlainText(PROMPT)
@@ -52,8 +52,8 @@ def main(out: Path) -> int:
                 if card.run_button.isVisible():
                     card.run_button.click()
         elif turns and turns[-1].finish_reason and turns[-1].tool_rounds:
-            win.thinking_pane.set_folded(False)
-            win.answer_pane.render_markdown()
+            win.chat_view.thinking_pane.set_folded(False)
+            win.chat_view.answer_pane.render_markdown()
             app.processEvents()
             screen = app.primaryScreen().grabWindow(0)  # the X server's pixels, not a widget render
             screen.copy(win.frameGeometry()).save(str(out))
