@@ -25,16 +25,18 @@ model: $(VENV)/.setup-app
 run: setup
 	$(PY) -m app
 
-# The fast tests on TEST_WORKERS processes (pytest-xdist), then the real-engine tests one at a time: on 2 cores
-# they share the machine badly, and each engine start wants both cores. Both runs always happen; the target fails
-# if either failed ("no tests collected" is fine: PYTEST_ARGS may pick files of one kind only).
+# The fast tests on TEST_WORKERS processes (pytest-xdist), then the real-engine tests on REAL_WORKERS, a test
+# file per worker (a file's engines and desktops are shared by its tests); each worker's engines get their own
+# cores (tests/conftest.py). Both runs always happen; the target fails if either failed ("no tests collected"
+# is fine: PYTEST_ARGS may pick files of one kind only).
 TEST_WORKERS ?= 2
+REAL_WORKERS ?= 2
 PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
 test: setup-test
 	@fast=0; slow=0; \
 	$(PYTEST) -m "not real_engine" -n $(TEST_WORKERS) $(PYTEST_ARGS) || fast=$$?; \
-	$(PYTEST) -m real_engine $(PYTEST_ARGS) || slow=$$?; \
+	$(PYTEST) -m real_engine -n $(REAL_WORKERS) --dist loadfile $(PYTEST_ARGS) || slow=$$?; \
 	for rc in $$fast $$slow; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
 
 # The fast tests alone (a few minutes).

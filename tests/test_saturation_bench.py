@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from app.commands.saturation import WARM_UP
 from app.core.job_lines import parse_job_line
 from app.core.saturation import series_from_dict, summarise_cell
 from app.engine import capability
@@ -59,6 +60,7 @@ def test_the_sweep_speaks_job_lines_and_saves_json_png_and_the_latest_profile(sw
     assert lines[-1].event == "result" and report is not None
     saved = Path(report["json"])
     assert json.loads(saved.read_text())["runs"] == report["runs"]
+    assert report["warm_up"] == WARM_UP, "the report says how the engine was warmed up before the first cell"
     assert json.loads((saved.parent / "saturation-latest.json").read_text())["json"] == report["json"]
     assert is_png(Path(report["png"]))
     assert report["kv_pool_mib"] == 8 and report["contexts"] == [96] and report["output_tokens"] == 75

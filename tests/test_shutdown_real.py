@@ -24,7 +24,7 @@ import pytest
 
 from app.core import paths
 from app.core.settings import EngineConfig, Settings, save_settings
-from tests.conftest import require_embedded_model
+from tests.conftest import require_embedded_model, x_server
 
 pytestmark = pytest.mark.real_engine
 
@@ -48,28 +48,14 @@ def _poll(condition: Callable[[], object], timeout: float, what: str, output: Pa
 
 
 @pytest.fixture(scope="module")
-def desktop() -> Iterator[str]:
+def desktop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Xvfb and openbox, shared by every case here."""
     if not all(shutil.which(tool) for tool in ("Xvfb", "openbox", "wmctrl")):
         if os.environ.get("CI"):
             pytest.fail("CI must install xvfb, openbox and wmctrl (.ci/run does)")
         pytest.skip("needs Xvfb, openbox and wmctrl (apt install xvfb openbox wmctrl)")
-    number = next(n for n in range(150, 250) if not Path(f"/tmp/.X{n}-lock").exists())
-    display = f":{number}"
-    server = subprocess.Popen(["Xvfb", display, "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    env = dict(os.environ, DISPLAY=display)
-    manager = None
-    try:
-        _poll(lambda: Path(f"/tmp/.X11-unix/X{number}").exists() or server.poll() is not None, 20, "Xvfb")
-        manager = subprocess.Popen(["openbox"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _poll(lambda: subprocess.run(["wmctrl", "-m"], env=env, capture_output=True).returncode == 0, 20, "openbox")
+    with x_server(tmp_path_factory.mktemp("xvfb") / "xvfb.log", window_manager=True) as display:
         yield display
-    finally:
-        for process in (manager, server):
-            if process is not None:
-                process.terminate()
-                process.wait(10)
 
 
 def session_processes(session: int) -> list[psutil.Process]:

@@ -35,6 +35,7 @@ from app.core.plots import render_fp8_plot
 from app.core.settings import EngineConfig, changed, load_settings
 
 WARMUP_TOKENS = 8
+WARM_UP = f"one untimed {WARMUP_TOKENS}-token request after each engine start, before the first measurement"
 
 
 # ---- measuring one engine --------------------------------------------------------------------
@@ -158,7 +159,8 @@ def run_fp8_bench(config: EngineConfig, *, depths: Sequence[int] = DEFAULT_DEPTH
         capped_reason=(f"max_model_len {config.max_model_len} leaves room for {tokens} output tokens "
                        f"after at most {kept[-1]} prompt tokens" if capped else None),
         bandwidth=band, weight_bytes=footprint.weight_bytes, footprint_note=footprint.note, runs=tuple(runs),
-        machine=machine_description(), json=str(sibling(stem, ".json")), png=str(sibling(stem, ".png")))
+        machine=machine_description(), json=str(sibling(stem, ".json")), png=str(sibling(stem, ".png")),
+        warm_up=WARM_UP)
     render_fp8_plot(report, sibling(stem, ".png"))
     save_json(sibling(stem, ".json"), report.to_dict())
     writer.progress(1.0, "done")

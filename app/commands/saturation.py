@@ -42,6 +42,11 @@ from app.core.saturation import (
 from app.core.saturation_report import SaturationReport, format_report
 from app.core.settings import EngineConfig, load_settings
 
+# Each engine start gets one untimed request before the first cell, so the first row does not pay for it.
+WARMUP_PROMPT_TOKENS, WARMUP_TOKENS = 64, 8
+WARM_UP = (f"one untimed {WARMUP_TOKENS}-token request ({WARMUP_PROMPT_TOKENS}-token prompt) after each engine "
+           "start, before the first cell")
+
 
 @dataclass(frozen=True)
 class SweepPlan:
@@ -130,8 +135,8 @@ def sweep_dtype(config: EngineConfig, plan: SweepPlan, predicted_capacity: int |
     try:
         on_cell(f"{dtype}: starting the engine", 0, 0)
         ready = host.loop_thread.submit(host.start(config, kv_block_size=plan.kv_block_size)).result(900)
-        warm = unique_prompt_ids(host.tokenizer, 64, f"{dtype}-warmup", 0)
-        host.loop_thread.submit(_stream(host, warm, 8, f"{dtype}-warmup", True)).result(900)
+        warm = unique_prompt_ids(host.tokenizer, WARMUP_PROMPT_TOKENS, f"{dtype}-warmup", 0)
+        host.loop_thread.submit(_stream(host, warm, WARMUP_TOKENS, f"{dtype}-warmup", True)).result(900)
         capacity = ready.kv_capacity_tokens
         total_blocks = usable_blocks(capacity, block_size)
         rows: list[RowResult] = []
@@ -233,7 +238,7 @@ def run_saturation(config: EngineConfig, plan: SweepPlan, *, kv_dtypes: Sequence
         output_tokens=plan.output_tokens, rounds=plan.rounds, contexts=plan.contexts,
         concurrency=plan.concurrency, dropped_contexts=tuple(dropped), targets=plan.targets, sweeps=tuple(sweeps),
         machine=machine_description(), json=str(sibling(stem, ".json")), png=str(sibling(stem, ".png")),
-        series=None if series is None else str(sibling(stem, "-series.json")))
+        series=None if series is None else str(sibling(stem, "-series.json")), warm_up=WARM_UP)
     render_heatmap(report, sibling(stem, ".png"))
     if series is not None:
         save_json(sibling(stem, "-series.json"), series)

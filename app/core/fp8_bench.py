@@ -106,6 +106,7 @@ class Fp8Report:
     prompts: tuple[str, ...] = REASONING_PROMPTS
     json: str = ""  # where it was saved
     png: str = ""
+    warm_up: str = ""  # the untimed request each engine start got before the first measurement
 
     @property
     def comparison(self) -> Comparison | None:
@@ -119,7 +120,8 @@ class Fp8Report:
                 "capped_reason": self.capped_reason, "prompts": list(self.prompts),
                 "bandwidth": asdict(self.bandwidth), "weight_bytes": self.weight_bytes,
                 "footprint_note": self.footprint_note, "runs": [run.to_dict() for run in self.runs],
-                "comparison": asdict(comparison) if comparison else {}, "json": self.json, "png": self.png}
+                "comparison": asdict(comparison) if comparison else {}, "json": self.json, "png": self.png,
+                "warm_up": self.warm_up}
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Fp8Report:
@@ -130,7 +132,8 @@ class Fp8Report:
             bandwidth=Bandwidth(**data["bandwidth"]), weight_bytes=data.get("weight_bytes"),
             footprint_note=data.get("footprint_note"), runs=tuple(DtypeRun.from_dict(r) for r in data["runs"]),
             machine=data.get("machine") or {}, when=data.get("when", ""),
-            prompts=tuple(data.get("prompts") or ()), json=data.get("json", ""), png=data.get("png", ""))
+            prompts=tuple(data.get("prompts") or ()), json=data.get("json", ""), png=data.get("png", ""),
+            warm_up=data.get("warm_up", ""))
 
 
 # ---- bandwidth and the planner's floor -----------------------------------------------------------

@@ -30,6 +30,7 @@ class SaturationReport:
     json: str = ""  # where it was saved
     png: str = ""
     series: str | None = None  # the per-step series, with --keep-series
+    warm_up: str = ""  # the untimed request each engine start got before the first cell
 
     @property
     def target_label(self) -> str:
@@ -47,7 +48,7 @@ class SaturationReport:
                 "targets": {"absolute_ms": list(self.targets.absolute_ms), "relative": list(self.targets.relative)},
                 "target_label": self.target_label,
                 "runs": [sweep_to_dict(s, self.target_label) for s in self.sweeps], "json": self.json,
-                "png": self.png}
+                "png": self.png, "warm_up": self.warm_up}
         if self.series is not None:
             data["series"] = self.series
         return data
@@ -63,7 +64,8 @@ class SaturationReport:
             dropped_contexts=tuple(data.get("dropped_contexts") or ()),
             targets=LatencyTargets(tuple(targets.get("absolute_ms", ())), tuple(targets.get("relative", ()))),
             sweeps=tuple(sweep_from_dict(run) for run in data["runs"]), machine=data.get("machine") or {},
-            when=data.get("when", ""), json=data.get("json", ""), png=data.get("png", ""), series=data.get("series"))
+            when=data.get("when", ""), json=data.get("json", ""), png=data.get("png", ""), series=data.get("series"),
+            warm_up=data.get("warm_up", ""))
 
 
 HEADERS = ["KV dtype", "context", "chats", "peak KV", "preemptions", "waited", "p50 ms/token", "p95 ms/token",
