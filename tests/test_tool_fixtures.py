@@ -36,6 +36,8 @@ def test_nalar_passes_canitoolcall_fixtures_at_least_as_well_as_vllm(family: str
     print(f"\n{family}: {nalar.fixtures} fixtures, vLLM adapter {len(vllm.passed)}, Nalar {len(nalar.passed)}; "
           f"Nalar only: {sorted(set(nalar.passed) - set(vllm.passed))}; "
           f"vLLM only: {sorted(set(vllm.passed) - set(nalar.passed))}")
+    assert not vllm.prompt_mismatch and len(vllm.prompt_matched) == vllm.fixtures, \
+        f"{family}: the stand-in's prompt must end with each fixture's generation prompt: {vllm.prompt_mismatch}"
     lost = {fid: nalar.failed.get(fid, "?") for fid in vllm.passed if fid not in nalar.passed}
     assert len(nalar.passed) >= len(vllm.passed), f"{family}: Nalar {len(nalar.passed)} < vLLM {len(vllm.passed)}; " \
                                                   f"vLLM passes, Nalar fails: {lost}"

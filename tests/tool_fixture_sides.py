@@ -8,14 +8,16 @@ Hugging Face hub, which this offline machine can't reach. Both sides get the sam
 embedded model's byte-level BPE tokenizer with the family's markers and stop tokens added as single tokens
 (as they are in the real vocabularies), loaded through vLLM's own ``get_tokenizer``, in the tokenizer mode
 the adapter asks for. Its chat template renders the adapter's one user turn and then the fixture's own
-generation prompt, so the prompt's tail (which tells the parsers whether thinking is open) is the real one.
-What this changes, and the counts therefore leave apart:
+generation prompt, so the prompt's tail (which tells the parsers whether thinking is open) is the real one
+(the adapter's own ``generation_prompt_match`` confirms it for every fixture).
+What this changes:
 
 * the fixtures' recorded ``output_token_ids`` are the real vocabularies' ids: the stand-in can't decode
   them, so the raw output is re-tokenized with the stand-in (the text and the markers are the same; how
   plain text splits into tokens differs, which moves the stream split points);
 * families whose parsing needs the real vocabulary itself are counted as "needs the real tokenizer":
-  gpt-oss (vLLM parses Harmony token by token with openai_harmony's o200k encoding, which is downloaded)
+  gpt-oss (vLLM parses Harmony on token ids with openai_harmony's o200k encoding, which is downloaded,
+  and the adapter's Harmony prompt rendering fails on vLLM 0.32)
   and mistral (mistral_common's tokenizer, whose control tokens text can't spell).
 """
 
@@ -52,7 +54,9 @@ STANDIN_CONFIGS = {
     "Kimi-K3": {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"]},
 }
 NEEDS_REAL_TOKENIZER = {
-    "gpt-oss": "vLLM parses Harmony token by token with openai_harmony's o200k encoding (downloaded; not here)",
+    "gpt-oss": "vLLM parses Harmony on token ids with openai_harmony's o200k encoding (downloaded on first use), "
+               "and the adapter's Harmony prompt rendering, written for vLLM 0.30, fails on 0.32 (AttributeError: "
+               "no 'renderer')",
     "mistral": "mistral_common's own tokenizer: its control tokens ([TOOL_CALLS], [ARGS]) can't be spelled "
                "in text, and no stand-in has the fixtures' tekken version",
 }
@@ -63,34 +67,37 @@ def standin_config(repo: str) -> dict[str, Any]:
 
 
 class StandinTokenizers:
-    """Stand-in tokenizer folders, one per (family, generation prompt), and vLLM's loader over them."""
+    """One family's stand-in: a tokenizer folder, vLLM's tokenizer per mode over it, and the generation
+    prompt its template ends with (set per group of fixtures; the tokenizers are loaded once)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.dirs: dict[tuple[str, str], Path] = {}
+    def __init__(self, root: Path, family: Family) -> None:
+        from tokenizers import AddedToken
+        from transformers import AutoTokenizer
 
-    def folder(self, family: Family, generation_prompt: str) -> Path:
-        key = (family.slug, generation_prompt)
-        if key not in self.dirs:
-            from tokenizers import AddedToken
-            from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(EMBEDDED_TOKENIZER)
+        words = [*family.markers, *(stop for ref in family.reference_models for stop in ref.stop_tokens)]
+        tok.add_tokens([AddedToken(word, special=False, normalized=False) for word in dict.fromkeys(words)])
+        self.folder = root / family.slug
+        tok.save_pretrained(self.folder)
+        (self.folder / "config.json").write_text((EMBEDDED_TOKENIZER / "config.json").read_text())
+        self.loaded: dict[str, Any] = {}
+        self.template = ""
 
-            tok = AutoTokenizer.from_pretrained(EMBEDDED_TOKENIZER)
-            words = list(dict.fromkeys([*family.markers, *(s for ref in family.reference_models
-                                                            for s in ref.stop_tokens)]))
-            tok.add_tokens([AddedToken(word, special=False, normalized=False) for word in words])
-            tok.chat_template = ("{% for m in messages %}User: {{ m.content }}\n{% endfor %}"
-                                 "{% if add_generation_prompt %}" + _jinja_literal(generation_prompt) + "{% endif %}")
-            folder = self.root / f"{family.slug}-{len(self.dirs)}"
-            tok.save_pretrained(folder)
-            (folder / "config.json").write_text((EMBEDDED_TOKENIZER / "config.json").read_text())
-            self.dirs[key] = folder
-        return self.dirs[key]
+    def use_prompt(self, generation_prompt: str) -> None:
+        self.template = ("{% for m in messages %}User: {{ m.content }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}" + _jinja_literal(generation_prompt) + "{% endif %}")
+        for tok in self.loaded.values():
+            tok.chat_template = self.template
 
-    def load(self, folder: Path, mode: str) -> Any:
-        from vllm.tokenizers import registry
+    def tokenizer(self, mode: str) -> Any:
+        """vLLM's tokenizer over the stand-in, in the adapter's mode (kimi_k3 loads as hf in vLLM too)."""
+        mode = "hf" if mode in ("auto", "kimi_k3") else mode
+        if mode not in self.loaded:
+            from vllm.tokenizers import registry
 
-        return registry.get_tokenizer(str(folder), tokenizer_mode=mode, trust_remote_code=False)
+            self.loaded[mode] = registry.get_tokenizer(str(self.folder), tokenizer_mode=mode, trust_remote_code=False)
+            self.loaded[mode].chat_template = self.template
+        return self.loaded[mode]
 
 
 def _jinja_literal(text: str) -> str:
@@ -98,16 +105,13 @@ def _jinja_literal(text: str) -> str:
 
 
 @contextmanager
-def standin_hub(monkeypatch: Any, tokenizers: StandinTokenizers, family: Family, generation_prompt: str,
-                config_root: Path) -> Iterator[None]:
+def standin_hub(monkeypatch: Any, tokenizers: StandinTokenizers, config_root: Path) -> Iterator[None]:
     """vLLM's tokenizer loader and the hub's config download, answered by the stand-ins (offline)."""
     import huggingface_hub
     import vllm.tokenizers
 
-    folder = tokenizers.folder(family, generation_prompt)
-
     def get_tokenizer(repo: str, *args: Any, tokenizer_mode: str = "auto", **kwargs: Any) -> Any:
-        return tokenizers.load(folder, "hf" if tokenizer_mode in ("auto", "kimi_k3") else tokenizer_mode)
+        return tokenizers.tokenizer(tokenizer_mode)
 
     def hf_hub_download(repo: str, filename: str, *args: Any, **kwargs: Any) -> str:
         if filename != "config.json":
@@ -226,6 +230,9 @@ class FamilyTally:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # fixture id → first failing check
     needs_real_tokenizer: list[str] = field(default_factory=list)
+    # whether vLLM's rendered prompt ended with the fixture's generation prompt (the adapter checks it)
+    prompt_matched: list[str] = field(default_factory=list)
+    prompt_mismatch: list[str] = field(default_factory=list)
 
 
 def first_failure(case: Any) -> str:
@@ -244,27 +251,23 @@ def run_family(family_slug: str, monkeypatch: Any, tmp: Path) -> dict[str, Famil
     fixtures = fixtures_of(family_slug)
     family = family_for(fixtures[0])
     assert family is not None
-    tokenizers = StandinTokenizers(tmp / "tokenizers")
+    tokenizers = StandinTokenizers(tmp / "tokenizers", family)
     (tmp / "configs").mkdir(parents=True, exist_ok=True)
     tallies = {"vllm": FamilyTally(), "nalar": FamilyTally()}
-    loaded: dict[tuple[str, str], Any] = {}
     by_prompt: dict[str, list[Fixture]] = {}
     for fixture in fixtures:
         raw = ReplayInput.from_fixture(fixture, family)
         by_prompt.setdefault(raw.generation_prompt or "", []).append(fixture)
+
+    def tokenizer_of(raw: ReplayInput) -> Any:
+        arch = standin_config(raw.model).get("architectures", [])
+        return tokenizers.tokenizer(next((ARCH_TOKENIZER_MODES[a] for a in arch if a in ARCH_TOKENIZER_MODES), "hf"))
+
     for prompt, group in by_prompt.items():
-        folder = tokenizers.folder(family, prompt)
-
-        def tokenizer_of(raw: ReplayInput, folder: Path = folder) -> Any:
-            arch = standin_config(raw.model).get("architectures", [])
-            mode = next((ARCH_TOKENIZER_MODES[a] for a in arch if a in ARCH_TOKENIZER_MODES), "hf")
-            mode = "hf" if mode == "kimi_k3" else mode
-            if (str(folder), mode) not in loaded:
-                loaded[str(folder), mode] = tokenizers.load(folder, mode)
-            return loaded[str(folder), mode]
-
+        tokenizers.use_prompt(prompt)
+        # a fresh vLLM adapter per prompt: it caches its rendered prompt per model
         sides: dict[str, Adapter] = {"vllm": VllmAdapter(), "nalar": NalarToolPath(tokenizer_of)}
-        with standin_hub(monkeypatch, tokenizers, family, prompt, tmp / "configs"):
+        with standin_hub(monkeypatch, tokenizers, tmp / "configs"):
             for fixture in group:
                 stripped = replace_ids(fixture)
                 for side, adapter in sides.items():
@@ -279,6 +282,9 @@ def run_family(family_slug: str, monkeypatch: Any, tmp: Path) -> dict[str, Famil
                     except Exception as exc:  # noqa: BLE001 - a harness failure fails this fixture, named
                         tally.failed[fixture.id] = f"harness: {type(exc).__name__}: {str(exc)[:200]}"
                         continue
+                    match = (reply.get("parser_config") or {}).get("generation_prompt_match")
+                    if match is not None:
+                        (tally.prompt_matched if match else tally.prompt_mismatch).append(fixture.id)
                     if case.status in PASSING:
                         tally.passed.append(fixture.id)
                     else:
