@@ -154,8 +154,8 @@ def vllm_parse(parser_name: str, tokenizer: Any, offer: ToolOffer) -> Parse:
     def parse(text: str) -> tuple[str, list[ToolCall]]:
         info = parser.extract_tool_calls(text, request)  # type: ignore[arg-type]
         if not info.tools_called or not info.tool_calls:
-            # No call: the parser's content (the text, less any framing or empty call section it drops)
-            return (text if info.content is None else info.content), []
+            # No call: the parser's content (the text less any framing it drops), never nothing for text
+            return info.content or text, []
         calls = [ToolCall(call.id or new_call_id(), call.function.name, call.function.arguments or "{}")
                  for call in info.tool_calls]
         return info.content or "", calls
