@@ -352,6 +352,8 @@ def test_out_of_scope_formats_show_whole_in_the_answer_pane() -> None:
     others = [fx for fx in all_fixtures() if out_of_scope_reason(fx)]
     assert len(others) == len(all_fixtures()) - len(FIXTURES)
     for fx in others:
+        if model_family(fx.reference_model).parser is not None:
+            continue  # Kimi-K3, Gemma 4: vLLM's own reasoning parser splits them (tests/test_tool_fixtures.py)
         splitter = ThinkTagSplitter(start=start_from_model(fx))
         panes = shown(iter([splitter.feed(fx.raw_output), splitter.flush()]))
         assert panes == Panes("", fx.raw_output.lstrip()), fx.id

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 
+from app.core.model_families import model_family
 from app.core.settings import RequestControls, SamplingConfig
 from app.engine.local_reply import THINK_STOP, LocalReply, ReplyRequests, answer_constraint
 from app.engine.remote import StreamedCalls, request_fields
 from app.engine.stream import ReplyStream
-from app.engine.tool_calls import ToolOffer, forced_schema
+from app.engine.tool_calls import CALL_MARKERS, ToolOffer, forced_schema
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}}
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": CITY}}
@@ -66,3 +67,23 @@ def test_a_remote_server_gets_the_tools_and_controls_and_its_call_deltas_merge()
     calls.feed("r", [Delta(0, None, None, 'ty": "Oslo"}')])
     (call,) = calls.calls()
     assert (call.id, call.name, json.loads(call.arguments)) == ("c1", "get_weather", {"city": "Oslo"})
+
+
+def test_each_family_gets_vllms_parser_for_its_format_and_the_gate_knows_its_markers() -> None:
+    """Bug caught: a family given the wrong vLLM tool parser (DSML DeepSeeks on deepseek_v31, Kimi-K2
+    Instruct on hermes), or a parser the gate has no markers for: it then holds text at hermes's
+    <tool_call> only, so the family's calls stream out as text before the parser sees them."""
+    expected = {"Qwen/Qwen3-0.6B": "hermes", "Qwen/Qwen3.5-9B": "qwen3_coder", "zai-org/GLM-4.5": "glm45",
+                "zai-org/GLM-4.7": "glm47", "deepseek-ai/DeepSeek-V3.1": "deepseek_v31",
+                "deepseek-ai/DeepSeek-V3.2": "deepseek_v32", "deepseek-ai/DeepSeek-V4-Flash": "deepseek_v4",
+                "deepseek-ai/DeepSeek-V4.1-Flash": "deepseek_v41", "moonshotai/Kimi-K2-Instruct-0905": "kimi_k2",
+                "moonshotai/Kimi-K2.6": "kimi_k2", "moonshotai/Kimi-K3": "kimi_k3", "google/gemma-4-31B-it": "gemma4",
+                "meta-llama/Llama-3.3-70B-Instruct": "llama3_json",
+                "meta-llama/Llama-4-Scout-17B-16E-Instruct": "llama4_pythonic",
+                "/models/SmolLM2-135M-Instruct": "hermes"}
+    from vllm.tool_parsers import ToolParserManager
+
+    for model, parser in expected.items():
+        assert model_family(model).tool_parser == parser, model
+        assert parser in CALL_MARKERS, f"{parser}: the gate has no call markers for it"
+        ToolParserManager.get_tool_parser(parser)  # registered in this vLLM

@@ -73,7 +73,9 @@ _FAMILIES: tuple[tuple[tuple[str, ...], ModelFamily], ...] = (
     (("qwen3.",), ModelFamily("Qwen3.5+", "hybrid", "qwen3", _QWEN3_THINKING, _QWEN3_ANSWER,
                               tool_parser="qwen3_coder")),
     (("qwen3",), ModelFamily("Qwen3", "hybrid", "qwen3", _QWEN3_THINKING, _QWEN3_ANSWER)),
-    (("deepseek-v3.",), ModelFamily("DeepSeek-V3.1+", "hybrid", "deepseek_r1", tool_parser="deepseek_v31")),
+    (("deepseek-v3.2",), ModelFamily("DeepSeek-V3.2", "hybrid", "deepseek_r1", tool_parser="deepseek_v32")),
+    (("deepseek-v3.",), ModelFamily("DeepSeek-V3.1", "hybrid", "deepseek_r1", tool_parser="deepseek_v31")),
+    (("deepseek-v4.1",), ModelFamily("DeepSeek-V4.1", "hybrid", "deepseek_r1", tool_parser="deepseek_v41")),
     (("deepseek-v4",), ModelFamily("DeepSeek-V4", "hybrid", "deepseek_r1", tool_parser="deepseek_v4")),
     (("glm-4.5",), ModelFamily("GLM-4.5+", "hybrid", "deepseek_r1", tool_parser="glm45")),
     (("glm-4.6",), ModelFamily("GLM-4.5+", "hybrid", "deepseek_r1", tool_parser="glm45")),
@@ -81,6 +83,11 @@ _FAMILIES: tuple[tuple[tuple[str, ...], ModelFamily], ...] = (
     (("glm-5",), ModelFamily("GLM-4.7+", "hybrid", "deepseek_r1", tool_parser="glm47")),
     (("kimi-k2", "thinking"), ModelFamily("Kimi-K2 Thinking", "always", "deepseek_r1", tool_parser="kimi_k2")),
     (("kimi-k2.",), ModelFamily("Kimi-K2.5+", "hybrid", "deepseek_r1", tool_parser="kimi_k2")),
+    (("kimi-k2",), ModelFamily("Kimi-K2 Instruct", "plain", tool_parser="kimi_k2")),
+    (("kimi-k3",), ModelFamily("Kimi-K3", "hybrid", "kimi_k3", tool_parser="kimi_k3")),
+    (("gemma-4",), ModelFamily("Gemma 4", "hybrid", "gemma4", tool_parser="gemma4")),
+    (("llama-4",), ModelFamily("Llama 4", "plain", tool_parser="llama4_pythonic")),
+    (("llama-3",), ModelFamily("Llama 3.x", "plain", tool_parser="llama3_json")),
 )
 
 

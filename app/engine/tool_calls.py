@@ -5,7 +5,7 @@ sign of a call (a parser's start marker, in the answer or in the thinking); from
 back. When the reply ends, the held answer goes to the family's vLLM tool parser
 (``extract_tool_calls``, the path vLLM's own server takes for a finished reply). Calls come out as
 ToolCallDelta events and Finished(reason="tool_calls", tool_calls=...); held text that holds no call
-is released as it was, so nothing is lost. A call the model wrote inside its thinking (canitoolcall's
+is released as the parser's content (as it was, less a framing such as Kimi-K3's), so nothing is lost. A call the model wrote inside its thinking (canitoolcall's
 ``x-call-inside-think``) is taken as a call when the answer has none, and cut out of the thinking.
 
 Forced calls (tool_choice "required" or a named function) are generated under structured outputs,
@@ -35,9 +35,19 @@ CALL_MARKERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "glm47": (("<tool_call>",), ("</tool_call>",)),
     "deepseek_v3": (("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"), ("<｜tool▁calls▁end｜>",)),
     "deepseek_v31": (("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>"), ("<｜tool▁calls▁end｜>",)),
+    # DSML (V3.2 function_calls, V4 tool_calls, V4.1 " calls"): every block opens with <｜DSML｜
+    **{name: (("<｜DSML｜",), ("</｜DSML｜function_calls>", "</｜DSML｜tool_calls>", "</｜DSML｜ calls>"))
+       for name in ("deepseek_v32", "deepseek_v4", "deepseek_v41")},
     "kimi_k2": (("<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>"),
                 ("<|tool_calls_section_end|>", "<|tool_call_section_end|>")),
+    "kimi_k3": (("<|open|>tools<|sep|>",), ("<|close|>tools<|sep|>",)),
+    "gemma4": (("<|tool_call>",), ("<tool_call|>",)),
+    "llama3_json": (("<|python_tag|>", "{"), ("}",)),
+    "llama4_pythonic": (("<|python_start|>", "["), ("<|python_end|>", "]")),
 }
+# Parsers whose format frames the whole answer (Kimi-K3's <|open|>response<|sep|>…<|close|>response<|sep|>,
+# opened by the model or by the prompt): the answer is held for the parser, whose content drops the frame.
+FRAMED_ANSWER = frozenset({"kimi_k3"})
 DEFAULT_PARSER = "hermes"  # the widest-spread format; the embedded SmolLM2 has none of its own
 
 Parse = Callable[[str], tuple[str, list[ToolCall]]]  # text → (text before the calls, calls); no calls: (text, [])
@@ -144,7 +154,8 @@ def vllm_parse(parser_name: str, tokenizer: Any, offer: ToolOffer) -> Parse:
     def parse(text: str) -> tuple[str, list[ToolCall]]:
         info = parser.extract_tool_calls(text, request)  # type: ignore[arg-type]
         if not info.tools_called or not info.tool_calls:
-            return text, []
+            # No call: the parser's content (the text less any framing it drops), never nothing for text
+            return info.content or text, []
         calls = [ToolCall(call.id or new_call_id(), call.function.name, call.function.arguments or "{}")
                  for call in info.tool_calls]
         return info.content or "", calls
@@ -192,9 +203,11 @@ class ToolCallGate:
     def __init__(self, offer: ToolOffer, parse: Parse, parser_name: str = DEFAULT_PARSER) -> None:
         self.offer = offer
         self.parse = parse
-        starts, self.ends = CALL_MARKERS.get(parser_name, CALL_MARKERS[DEFAULT_PARSER])
+        self.starts, self.ends = CALL_MARKERS.get(parser_name, CALL_MARKERS[DEFAULT_PARSER])
+        starts = self.starts
         self.thinking = _Held(starts)
-        self.answer = _Held(starts, hold_all=offer.forced)  # a forced answer is the call's JSON: all held
+        # a forced answer is the call's JSON, a framed one the parser's to unframe: all held
+        self.answer = _Held(starts, hold_all=offer.forced or parser_name in FRAMED_ANSWER)
 
     def feed(self, event: EngineEvent) -> list[EngineEvent]:
         if isinstance(event, ThinkingDelta):
@@ -220,6 +233,8 @@ class ToolCallGate:
                 answer_tail = ""
         else:
             answer_tail, calls = self._parsed(answer_tail)
+            if not calls and answer_tail.strip() in self.starts:
+                answer_tail = ""  # a reply cut right after a call's opener: markup, not an answer
             if not calls and thinking_tail:
                 before, calls = self._parsed(thinking_tail)
                 if calls:  # a call drafted inside the thinking: taken, and its markup cut out
