@@ -48,7 +48,9 @@ def test_forced_call_deny_and_timeout_through_the_real_window_engine_and_server(
     engine.generate = recording_generate  # type: ignore[method-assign]
     window = make_window(engine, settings)
     session, panel = window.session, window.chat_view.tool_panel
-    qtbot.waitUntil(lambda: window.controller.engine_ready and "demo" in window.tools.states, timeout=300_000)
+    # The prompt, not the controller: the engine is ready (its pipe thread says so) a moment before the window
+    # enables the prompt, and a Return pressed on a disabled prompt is dropped.
+    qtbot.waitUntil(lambda: window.prompt.isEnabled() and "demo" in window.tools.states, timeout=300_000)
     window.controls.tools_switch.setChecked(True)
 
     def ask(question: str, function: str) -> object:

@@ -5,8 +5,9 @@ sign of a call (a parser's start marker, in the answer or in the thinking); from
 back. When the reply ends, the held answer goes to the family's vLLM tool parser
 (``extract_tool_calls``, the path vLLM's own server takes for a finished reply). Calls come out as
 ToolCallDelta events and Finished(reason="tool_calls", tool_calls=...); held text that holds no call
-is released as the parser's content (as it was, less a framing such as Kimi-K3's), so nothing is lost. A call the model wrote inside its thinking (canitoolcall's
-``x-call-inside-think``) is taken as a call when the answer has none, and cut out of the thinking.
+is released as the parser's content (as it was, less a framing such as Kimi-K3's), so nothing is
+lost. A call the model wrote inside its thinking (canitoolcall's ``x-call-inside-think``) is taken
+as a call when the answer has none, and cut out of the thinking.
 
 Forced calls (tool_choice "required" or a named function) are generated under structured outputs,
 with the schema vLLM's server builds (``get_json_schema_from_tools``): the answer is then JSON
