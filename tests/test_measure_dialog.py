@@ -164,6 +164,33 @@ def test_cancel_ends_the_whole_process_group_even_when_sigterm_is_ignored(qtbot,
     dialog.close()
 
 
+SLOW_GRANDCHILD_JOB = """
+    grandchild = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                                   "signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],  # ok-sleep
+                                  stdout=subprocess.PIPE, text=True)
+    grandchild.stdout.readline()  # its SIGTERM handler is in place
+    line(event="progress", fraction=0.2, message=f"working with {grandchild.pid}")
+    time.sleep(600)  # ok-sleep: a job that runs until it is cancelled (SIGTERM's default action ends it)
+"""
+
+
+def test_a_cancelled_jobs_leftover_child_ends_before_the_panel_says_cancelled(qtbot, make_window) -> None:
+    """Bug caught: the job exits on SIGTERM at once, but what it started (an EngineCore still shutting down) lives
+    on; the panel said "cancelled" and, the job gone, never sent the SIGKILL its grace period was for."""
+    _, dialog = open_dialog(qtbot, make_window)
+    panel = dialog.quality
+    panel.command = lambda: scripted_job(SLOW_GRANDCHILD_JOB)
+    panel.run_button.click()
+    qtbot.waitUntil(lambda: panel.step_label.text().startswith("working with"), timeout=20_000)
+    assert panel.job is not None and panel.job.pgid is not None
+    pgid, grandchild = panel.job.pgid, int(panel.step_label.text().split()[-1])
+    assert set(group_alive(pgid)) == {pgid, grandchild}
+    panel.cancel_button.click()
+    qtbot.waitUntil(lambda: panel.step_label.text() == "cancelled", timeout=20_000)  # well under the 15 s grace
+    assert group_alive(pgid) == [], "the job's child outlived the cancelled job"
+    dialog.close()
+
+
 def test_closing_the_dialog_mid_job_leaves_no_process(qtbot, make_window) -> None:
     window, dialog = open_dialog(qtbot, make_window)
     pgid, grandchild = start_grandchild_job(qtbot, dialog.calibration)

@@ -14,10 +14,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -36,6 +38,18 @@ from app.core.job_lines import JobLine, parse_job_line
 
 STDERR_TAIL_LINES = 40
 CANCEL_GRACE_S = 15.0  # the bench closes its engine on SIGTERM; vLLM's own shutdown waits up to 5 s
+
+
+def group_members(pgid: int | None) -> list[psutil.Process]:
+    """Live processes of a process group (zombies have ended: PID 1 may never reap them here)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return found
 
 
 def app_command(*args: str) -> list[str]:
@@ -119,6 +133,7 @@ class JobProcess(QObject):
     def _wait(self, readers: list[threading.Thread]) -> None:
         assert self.proc is not None
         code = self.proc.wait()
+        self._end_leftovers()
         for thread in readers:
             thread.join(5)  # a pipe held by a leftover grandchild must not hang us
         if not self._quiet:
@@ -141,6 +156,17 @@ class JobProcess(QObject):
 
     def kill_group(self) -> None:
         self._signal_group(signal.SIGKILL)
+
+    def _end_leftovers(self, timeout_s: float = 10.0) -> None:
+        """Once the job has exited, nothing it started may outlive it: an EngineCore still shutting down
+        after a cancel (or a crash) gets SIGKILL, and the job counts as ended once those are gone."""
+        left = group_members(self.pgid) if self.pgid is not None else []
+        if not left:
+            return
+        self.kill_group()
+        deadline = time.monotonic() + timeout_s
+        while group_members(self.pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # a worker thread; killed processes give no signal we could wait on
 
     def terminate_and_wait(self) -> None:
         """Blocking, for closing: SIGTERM, wait the grace period, SIGKILL what is left; no more signals."""
