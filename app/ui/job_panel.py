@@ -40,7 +40,7 @@ STDERR_TAIL_LINES = 40
 CANCEL_GRACE_S = 15.0  # the bench closes its engine on SIGTERM; vLLM's own shutdown waits up to 5 s
 
 
-def group_members(pgid: int | None) -> list[psutil.Process]:
+def group_members(pgid: int) -> list[psutil.Process]:
     """Live processes of a process group (zombies have ended: PID 1 may never reap them here)."""
     found = []
     for proc in psutil.process_iter():
@@ -160,12 +160,12 @@ class JobProcess(QObject):
     def _end_leftovers(self, timeout_s: float = 10.0) -> None:
         """Once the job has exited, nothing it started may outlive it: an EngineCore still shutting down
         after a cancel (or a crash) gets SIGKILL, and the job counts as ended once those are gone."""
-        left = group_members(self.pgid) if self.pgid is not None else []
-        if not left:
+        pgid = self.pgid
+        if pgid is None or not group_members(pgid):
             return
         self.kill_group()
         deadline = time.monotonic() + timeout_s
-        while group_members(self.pgid) and time.monotonic() < deadline:
+        while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)  # a worker thread; killed processes give no signal we could wait on
 
     def terminate_and_wait(self) -> None:
