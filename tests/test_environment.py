@@ -38,7 +38,8 @@ def test_commands_import_without_qt_at_runtime() -> None:
 
 
 def test_engine_layer_imports_without_qt_at_runtime() -> None:
-    code = ("import sys, app.engine.host, app.engine.scripted, app.core.settings, app.core.embedded_model;"
+    code = ("import sys, app.engine.local.host, app.engine.scripted, app.core.settings.settings;"
+            "import app.core.models.embedded_model;"
             f"bad = [m for m in sys.modules if m.split('.')[0] in {QT_MODULES!r}]; print(bad); sys.exit(bool(bad))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -46,7 +47,7 @@ def test_engine_layer_imports_without_qt_at_runtime() -> None:
 
 def test_window_modules_do_not_import_vllm_or_torch() -> None:
     """The window must show before the engine's heavy imports."""
-    code = ("import sys, app.ui.app_main, app.ui.main_window, app.engine.host;"
+    code = ("import sys, app.ui.app_main, app.ui.main_window, app.engine.local.host;"
             "bad = [m for m in ('vllm', 'torch', 'transformers') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -23,9 +23,34 @@ ALLOWED = {
     "core": {"core"},
     "engine": {"core", "engine"},
     "server": {"core", "engine", "server"},
-    "tools": {"core", "engine", "tools"},  # MCP servers for the window's tool calls, on their own loop thread
+    "tools": {"core", "tools"},  # MCP servers for the window's tool calls, on their own loop thread
     "ui": {"core", "engine", "server", "tools", "ui"},
     "commands": {"core", "engine", "server", "tools", "ui", "commands"},  # `nalar` runs the window
+}
+# Inside a folder: what each part may import from its own folder. A part is a subfolder (engine/reply) or a
+# module at the folder's top (engine/events). Parts not named here are free within their folder.
+CONTRACT = {"engine.events", "engine.errors", "engine.requests"}  # plain data every engine part shares
+INSIDE = {
+    # Reply text knows nothing of where the tokens come from.
+    "engine.reply": {"engine.reply"} | CONTRACT,
+    "engine.machine": {"engine.machine"} | CONTRACT,
+    # vLLM's host runs inside the engine process, but knows nothing of the pipe.
+    "engine.local": {"engine.local", "engine.reply", "engine.machine", "engine.base"} | CONTRACT,
+    "engine.process": {"engine.process", "engine.local", "engine.reply", "engine.machine", "engine.base"} | CONTRACT,
+    "engine.remote": {"engine.remote", "engine.reply", "engine.base"} | CONTRACT,
+    "engine.events": CONTRACT,
+    "engine.errors": CONTRACT,
+    "engine.requests": CONTRACT,
+    "engine.base": {"engine.reply"} | CONTRACT,
+    "engine.scripted": {"engine.reply", "engine.base"} | CONTRACT,
+    "core.settings": {"core.settings"},
+    "core.chat": {"core.chat", "core.settings"},
+    "core.models": {"core.models", "core.settings"},
+    "core.measure": {"core.measure", "core.models", "core.settings"},
+    # Controllers hold state and talk to the engine; they build no widget.
+    "ui.controllers": {"ui.controllers"},
+    "ui.chat": {"ui.chat", "ui.controllers"},
+    "ui.dialogs": {"ui.dialogs", "ui.chat", "ui.controllers"},
 }
 # Which folders may import Qt: the window, and the one command that benchmarks it.
 QT_ALLOWED = {"ui"}
@@ -108,6 +133,26 @@ def wrong_way_imports(graph: dict[str, list[str]]) -> list[str]:
     return problems
 
 
+def _part(module: str) -> str | None:
+    """``app.engine.reply.stream`` → ``engine.reply``; ``app.engine.events`` → ``engine.events``."""
+    parts = module.split(".")
+    return ".".join(parts[1:3]) if len(parts) >= 3 else None
+
+
+def wrong_way_inside(graph: dict[str, list[str]]) -> list[str]:
+    """Imports between the parts of one folder that INSIDE does not allow."""
+    problems = []
+    for module, imported in graph.items():
+        part = _part(module)
+        if part not in INSIDE:
+            continue
+        for name in imported:
+            target = _part(name)
+            if target and target.split(".")[0] == part.split(".")[0] and target not in INSIDE[part]:
+                problems.append(f"{module} imports {name}: {part} must not import {target}")
+    return problems
+
+
 def import_circles(graph: dict[str, list[str]]) -> list[list[str]]:
     """Strongly connected groups of more than one module (Tarjan), each a circle of imports."""
     edges = {m: [n for n in imported if n in graph and n != m] for m, imported in graph.items()}
@@ -164,6 +209,49 @@ def test_no_import_goes_up_a_layer_or_brings_qt_below_the_window(app_graph: dict
     engine process depended on the CLI and a benchmark rode the production pipe; engine code importing Qt can't
     run in `nalar doctor` or the engine process without a display."""
     assert wrong_way_imports(app_graph) == []
+
+
+def test_each_folder_keeps_its_parts_apart(app_graph: dict[str, list[str]]) -> None:
+    """Bugs caught: the host importing the pipe's orphan tracking (engine/local → engine/process, a circle of
+    folders), reply text importing the engine base class to get a dataclass, a controller importing a widget
+    module, the planner importing a benchmark."""
+    assert wrong_way_inside(app_graph) == []
+
+
+def test_the_inside_rules_catch_a_part_that_reaches_across(tmp_path: Path) -> None:
+    """The checker itself, on a small tree: reply → local and controllers → chat are named, reply → events isn't."""
+    files = {
+        "__init__.py": "", "engine/__init__.py": "", "engine/events.py": "", "engine/reply/__init__.py": "",
+        "engine/reply/stream.py": "from app.engine.events import X\nfrom app.engine.local.host import H\n",
+        "engine/local/__init__.py": "", "engine/local/host.py": "",
+        "ui/__init__.py": "", "ui/chat/__init__.py": "", "ui/chat/panes.py": "",
+        "ui/controllers/__init__.py": "", "ui/controllers/session.py": "from app.ui.chat import panes\n",
+    }
+    root = tmp_path / "app"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    assert sorted(wrong_way_inside(import_graph(root))) == [
+        "app.engine.reply.stream imports app.engine.local.host: engine.reply must not import engine.local",
+        "app.ui.controllers.session imports app.ui.chat.panes: ui.controllers must not import ui.chat"]
+
+
+OLD_TREE = "4572730b4f945972daf7c42d2a0a335ec138c8dd"  # before the layering test: engine → commands → ui → engine
+
+
+def test_the_old_tree_still_shows_its_circle(tmp_path: Path) -> None:
+    """The checks still find the circle of the tree they were written against, read from git history."""
+    root = APP.parent
+    has = subprocess.run(["git", "cat-file", "-e", f"{OLD_TREE}^{{tree}}"], cwd=root, capture_output=True)
+    if has.returncode != 0:
+        pytest.skip(f"this checkout has no commit {OLD_TREE[:12]} (a shallow clone)")
+    archive = subprocess.run(["git", "archive", OLD_TREE, "app"], cwd=root, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    graph = import_graph(tmp_path / "app")
+    circles = import_circles(graph)
+    circle = {"app.engine.process_server", "app.commands.cli", "app.ui.main_window"}
+    assert any(circle <= set(c) for c in circles), circles
+    assert any("engine/ must not import commands/" in p for p in wrong_way_imports(graph))
 
 
 def test_no_circle_of_imports(app_graph: dict[str, list[str]]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import psutil
 
 from app.commands.jobs import machine_description, report_stem, save_json, sibling
-from app.core.settings import EngineConfig, SamplingConfig, Settings
+from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
 
 PROMPT = [{"role": "user", "content": "Explain step by step why the sky is blue."}]
 # Long, steady output (so runs rarely stop early at EOS and compare like for like).
@@ -25,7 +25,7 @@ COUNTING = "Count from 1 to 400, separated by commas."
 
 
 def _model_config(**overrides: Any) -> EngineConfig:
-    from app.core.embedded_model import ensure_embedded_model
+    from app.core.models.embedded_model import ensure_embedded_model
 
     return EngineConfig(model=str(ensure_embedded_model()), max_model_len=2048, **overrides)
 
@@ -57,8 +57,8 @@ async def _layer_run(host: Any, tokens: int, index: int, deltas: list[str] | Non
 def loop_guard_us_per_token(deltas: list[str], rounds: int = 5) -> float:
     """The loop detector's own time per token, on a real reply's deltas, watching from the first token
     and never stopping (the worst case: no loop found, every check runs)."""
-    from app.core.settings import LoopGuardConfig
-    from app.engine.loop_guard import LoopDetector
+    from app.core.settings.settings import LoopGuardConfig
+    from app.engine.reply.loop_guard import LoopDetector
 
     config = LoopGuardConfig(start_after_tokens=0)
     best = float("inf")
@@ -72,8 +72,8 @@ def loop_guard_us_per_token(deltas: list[str], rounds: int = 5) -> float:
 
 
 def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
-    from app.engine.bench_entry import raw_run
-    from app.engine.host import EngineHost
+    from app.engine.local.host import EngineHost
+    from app.engine.process.bench_entry import raw_run
 
     host = EngineHost()
     try:
@@ -230,8 +230,8 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
 
 def bench_ui_thread(answer_words: int = 500) -> dict[str, Any]:
     """A send in a long conversation: the thread above the live reply gains one reply and one question."""
-    from app.core.conversation import Conversation, Turn
-    from app.ui.chat_view import ChatView
+    from app.core.chat.conversation import Conversation, Turn
+    from app.ui.chat.chat_view import ChatView
 
     app, _ = _qt_app()
     view = ChatView()
@@ -259,7 +259,7 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
     the window from the Send click to the finished reply on screen, raw AsyncLLM from the call
     to its last token.
     """
-    from app.engine.bench_entry import BenchEngineProcess
+    from app.engine.process.bench_entry import BenchEngineProcess
     from app.ui.main_window import MainWindow
 
     app, loop = _qt_app()
@@ -317,8 +317,8 @@ def bench_trim(context: int = 4096, repeats: int = 5) -> dict[str, Any]:
     """``fit_prompt`` as EngineHost calls it (reserve a quarter of the context) against the old way."""
     from transformers import AutoTokenizer
 
-    from app.core.embedded_model import ensure_embedded_model
-    from app.engine.trimming import fit_by_dropping_one_at_a_time, fit_prompt
+    from app.core.models.embedded_model import ensure_embedded_model
+    from app.engine.reply.trimming import fit_by_dropping_one_at_a_time, fit_prompt
 
     tokenizer = AutoTokenizer.from_pretrained(str(ensure_embedded_model()))
     reserve = context // 4
@@ -374,9 +374,8 @@ def bench_startup(repeats: int = 3) -> dict[str, Any]:
 def bench_memory(runs: int = 5) -> dict[str, Any]:
     """Host memory bandwidth (the same copy the FP8 bench's floor uses), ``runs`` times, and the ceiling it
     puts on the CPU catalog's decode speed: bandwidth ÷ bytes read per token at 4k of context."""
-    from app.core.cpu_catalog import CPU_CATALOG, EXPECTATION_CONTEXT
-    from app.core.fp8_bench import measure_host_bandwidth_gbps
-    from app.core.planner import bytes_read_per_token
+    from app.core.models.cpu_catalog import CPU_CATALOG, EXPECTATION_CONTEXT
+    from app.core.models.planner import bytes_read_per_token, measure_host_bandwidth_gbps
 
     gbps = sorted(measure_host_bandwidth_gbps() for _ in range(runs))
     median = statistics.median(gbps)

@@ -11,7 +11,7 @@ import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import TypeVar  # noqa: E402
 
-from app.core.logs import configure_logging  # noqa: E402
+from app.core.settings.logs import configure_logging  # noqa: E402
 
 Number = TypeVar("Number", int, float)
 
@@ -144,7 +144,7 @@ def run_command(args: argparse.Namespace) -> int:
         return run_download_command(args.repo_id, use=args.use, revision=args.revision)
     if args.command == "bench" and args.what is None:
         from app.commands.fp8_bench import run_fp8_bench_command
-        from app.core.fp8_bench import DEFAULT_DEPTHS, DEFAULT_KV_DTYPES
+        from app.core.measure.fp8_bench import DEFAULT_DEPTHS, DEFAULT_KV_DTYPES
 
         return run_fp8_bench_command(depths=args.depths or DEFAULT_DEPTHS, tokens=args.tokens or 64,
                                      kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json,
@@ -152,7 +152,7 @@ def run_command(args: argparse.Namespace) -> int:
                                      max_model_len=args.max_model_len)
     if args.command == "bench" and args.what == "saturation":
         from app.commands.saturation import run_saturation_command
-        from app.core.fp8_bench import DEFAULT_KV_DTYPES
+        from app.core.measure.fp8_bench import DEFAULT_KV_DTYPES
 
         return run_saturation_command(
             contexts=args.contexts, concurrency=args.concurrency, tokens=args.tokens, rounds=args.rounds,

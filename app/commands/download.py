@@ -1,12 +1,19 @@
-"""`nalar download REPO`: the app's resumable hub download (app/core/hub_download.py), for a terminal."""
+"""`nalar download REPO`: the app's resumable hub download (app/core/models/hub_download.py), for a terminal."""
 
 from __future__ import annotations
 
 import sys
 
 from app.commands.jobs import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from app.core.hub_download import DownloadError, DownloadProgress, HubDownload, describe, format_bytes, partial_bytes
-from app.core.settings import load_settings, save_settings
+from app.core.models.hub_download import (
+    DownloadError,
+    DownloadProgress,
+    HubDownload,
+    describe,
+    format_bytes,
+    partial_bytes,
+)
+from app.core.settings.settings import load_settings, save_settings
 
 
 def run_download_command(repo_id: str, *, use: bool = False, revision: str = "main") -> int:

@@ -3,7 +3,7 @@
 Each KV dtype gets one engine start (prefix caching off, so every prompt is really prefilled),
 the fixed reasoning prompts for time to first token, then one prompt per context depth for
 decode ms/token. The planner's bandwidth floor (weights + KV at that depth, read once per
-token) sets each figure in proportion (app/core/fp8_bench.py). Results are saved as JSON plus a
+token) sets each figure in proportion (app/core/measure/fp8_bench.py). Results are saved as JSON plus a
 PNG plot in the data dir's bench/ folder. SIGTERM/SIGINT end the run with the engine closed.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.commands.jobs import Job, JobContext, JobFailed, machine_description, report_stem, run_job, save_json, sibling
-from app.core.fp8_bench import (
+from app.core.measure.fp8_bench import (
     DEFAULT_DEPTHS,
     DEFAULT_KV_DTYPES,
     DtypeRun,
@@ -29,10 +29,10 @@ from app.core.fp8_bench import (
     model_footprint,
     plan_depths,
 )
-from app.core.job_lines import JobLineWriter
-from app.core.kv_quality import REASONING_PROMPTS
-from app.core.plots import render_fp8_plot
-from app.core.settings import EngineConfig, changed, load_settings
+from app.core.measure.job_lines import JobLineWriter
+from app.core.measure.kv_quality import REASONING_PROMPTS
+from app.core.measure.plots import render_fp8_plot
+from app.core.settings.settings import EngineConfig, changed, load_settings
 
 WARMUP_TOKENS = 8
 WARM_UP = f"one untimed {WARMUP_TOKENS}-token request after each engine start, before the first measurement"
@@ -86,7 +86,7 @@ class Progress:
 def measure_dtype(config: EngineConfig, depths: Sequence[int], tokens: int, progress: Progress,
                   footprint: Footprint, gbps: float | None) -> DtypeRun:
     """One engine start with ``config``; every figure for its KV dtype; the engine closed afterwards."""
-    from app.engine.host import EngineHost
+    from app.engine.local.host import EngineHost
 
     dtype = config.kv_cache_dtype
     host = EngineHost()
@@ -123,10 +123,10 @@ def run_fp8_bench(config: EngineConfig, *, depths: Sequence[int] = DEFAULT_DEPTH
                   kv_dtypes: Sequence[str] = DEFAULT_KV_DTYPES, writer: JobLineWriter | None = None,
                   probe: Any = None) -> Fp8Report:
     """Measure each KV dtype in turn; save JSON and PNG; return the report (with their paths)."""
-    from app.core.embedded_model import ensure_embedded_model
-    from app.engine import capability
+    from app.core.models.embedded_model import ensure_embedded_model
     from app.engine.errors import EngineFailure, FailureKind
-    from app.engine.host import check_model_path
+    from app.engine.local.host import check_model_path
+    from app.engine.machine import capability
 
     writer = writer or JobLineWriter(False)
     probe = probe or capability.probe_hardware()

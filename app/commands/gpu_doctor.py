@@ -1,7 +1,7 @@
 """`nalar doctor --gpu`: the CUDA engine's first-start checklist, each failing item with its fix.
 
 Driver, CUDA build, GPU and compute capability, free VRAM, FlashInfer kernels, C compiler and
-Python.h: what vLLM 0.32's first start on a gaming PC needs (see app.engine.gpu_start). Nothing
+Python.h: what vLLM 0.32's first start on a gaming PC needs (see app.engine.machine.gpu_start). Nothing
 here creates a CUDA context.
 """
 
@@ -11,11 +11,11 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.core.planner import GIB, utilization_for_free_vram
-from app.core.settings import load_settings
-from app.engine import capability, gpu_start
-from app.engine.capability import HardwareProbe
-from app.engine.gpu_start import APT_DRIVER, APT_TOOLCHAIN, Toolchain
+from app.core.models.planner import GIB, utilization_for_free_vram
+from app.core.settings.settings import load_settings
+from app.engine.machine import capability, gpu_start
+from app.engine.machine.capability import HardwareProbe
+from app.engine.machine.gpu_start import APT_DRIVER, APT_TOOLCHAIN, Toolchain
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,10 @@ def first_start(tokens: int = 256) -> dict[str, Any]:
     """Run the whole first start with the configured model and record it: each phase's time as vLLM logged
     it, the load time, and decode ms/token beside the planner's bandwidth floor. Meant for a real card (it
     runs on the CPU engine too, where the floor is not known)."""
-    from app.core.planner import bandwidth_for, plan_for_folder
-    from app.core.settings import SamplingConfig
+    from app.core.models.planner import bandwidth_for, plan_for_folder
+    from app.core.settings.settings import SamplingConfig
     from app.engine.events import Finished
-    from app.engine.host import EngineHost
+    from app.engine.local.host import EngineHost
 
     settings, _ = load_settings()
     probe = capability.probe_hardware()

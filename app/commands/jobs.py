@@ -1,7 +1,7 @@
 """The one job runner every long command (`nalar bench`, `bench saturation`, `kv-check`, `calibrate`) uses.
 
 It owns what they share: SIGTERM (the app's Cancel) and SIGINT (Ctrl-C) become a cancel; library
-chatter goes to stderr so that stdout carries only job lines (app/core/job_lines.py) or the final
+chatter goes to stderr so that stdout carries only job lines (app/core/measure/job_lines.py) or the final
 table/JSON; a failure becomes one error line with its fix, the traceback going to the log; reports
 are saved under the data dir; and the exit code says how it ended.
 """
@@ -23,8 +23,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Generic, TextIO, TypeVar
 
-from app.core import paths
-from app.core.job_lines import JobLineWriter
+from app.core.measure.job_lines import JobLineWriter
+from app.core.settings import paths
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def save_json(target: Path, data: Any) -> Path:
 
 def machine_description() -> dict[str, Any]:
     """The machine a report was measured on, saved with it."""
-    from app.engine.capability import probe_hardware
+    from app.engine.machine.capability import probe_hardware
 
     probe = probe_hardware()
     cpu = "unknown"

@@ -25,7 +25,7 @@ from app.commands.jobs import (
     save_json,
     sibling,
 )
-from app.core.kv_quality import (
+from app.core.measure.kv_quality import (
     CALIBRATION_EXCHANGES,
     REASONING_PROMPTS,
     Advice,
@@ -36,8 +36,8 @@ from app.core.kv_quality import (
     advise,
     run_quality_check,
 )
-from app.core.kv_quality_report import Calibration, QualityCheck, format_calibration, format_check
-from app.core.model_folder import folder_problem
+from app.core.measure.kv_quality_report import Calibration, QualityCheck, format_calibration, format_check
+from app.core.models.model_folder import folder_problem
 
 Outcome = TypeVar("Outcome", QualityCheck, Calibration)
 RAM_FIX = "The check loads the model with transformers on the CPU; it needs about 4 bytes of RAM per parameter."
@@ -45,18 +45,18 @@ RAM_FIX = "The check loads the model with transformers on the CPU; it needs abou
 
 def resolve_model_folder(model: str | None) -> tuple[Path, bool]:
     """(folder, trust_remote_code) for --model, else the configured model, else the embedded one."""
-    from app.core.settings import load_settings
+    from app.core.settings.settings import load_settings
 
     settings, _ = load_settings()
     trust = settings.engine.trust_remote_code
     name = model if model is not None else settings.engine.model
     if not name:
-        from app.core.embedded_model import ensure_embedded_model
+        from app.core.models.embedded_model import ensure_embedded_model
 
         return ensure_embedded_model(), False
     folder = Path(name).expanduser()
     if not folder.exists() and "/" in name and not name.startswith(("/", ".", "~")):
-        from app.core.hub_download import download_dir, is_complete
+        from app.core.models.hub_download import download_dir, is_complete
 
         if is_complete(download_dir(name)):
             folder = download_dir(name)
@@ -71,7 +71,7 @@ def resolve_model_folder(model: str | None) -> tuple[Path, bool]:
 
 
 def _advice(report: QualityReport, scales_in_folder: bool) -> Advice:
-    from app.engine.capability import kv_dtype_unsupported_reason, probe_hardware
+    from app.engine.machine.capability import kv_dtype_unsupported_reason, probe_hardware
 
     reason = kv_dtype_unsupported_reason("fp8_e4m3", probe_hardware())
     return advise(report, reason is None, reason, scales_in_folder=scales_in_folder)
@@ -91,7 +91,7 @@ def _run(title: str, work: Callable[[JobContext], Outcome], render: Callable[[Ou
          jsonl: bool) -> int:
     """Both commands' job: a cancel is seen between steps; a library error on the user's model is named."""
     def guarded(job: JobContext) -> Outcome:
-        from app.core.kv_calibration import CalibrationError
+        from app.core.measure.kv_calibration import CalibrationError
 
         try:
             return work(job)
@@ -109,7 +109,7 @@ def _run(title: str, work: Callable[[JobContext], Outcome], render: Callable[[Ou
 def run_kv_check(model: str | None, *, prompts: int, tokens: int, as_json: bool, jsonl: bool, engine: bool = False,
                  engine_tokens: int = 512, seeds: int = 3, engine_prompts: int = 8) -> int:
     def work(job: JobContext) -> QualityCheck:
-        from app.core.kv_calibration import read_calibrated_scales
+        from app.core.measure.kv_calibration import read_calibrated_scales
 
         folder, trust = resolve_model_folder(model)
         stored = read_calibrated_scales(folder)
@@ -122,8 +122,8 @@ def run_kv_check(model: str | None, *, prompts: int, tokens: int, as_json: bool,
         check = _checked(report, scales_in_folder=stored is not None)
         if engine:
             from app.commands.kv_engine_check import run_engine_check
-            from app.core.kv_engine_report import ENGINE_PROMPTS
-            from app.core.settings import changed, load_settings
+            from app.core.measure.kv_engine_report import ENGINE_PROMPTS
+            from app.core.settings.settings import changed, load_settings
 
             config = changed(load_settings()[0].engine, model=str(folder), trust_remote_code=trust)
             check = dataclasses.replace(check, engine=run_engine_check(
@@ -139,7 +139,7 @@ def run_kv_check(model: str | None, *, prompts: int, tokens: int, as_json: bool,
 def run_calibrate(model: str | None, out: str | None, *, prompts: int, tokens: int, as_json: bool,
                   jsonl: bool) -> int:
     def work(job: JobContext) -> Calibration:
-        from app.core.kv_calibration import read_calibrated_scales, write_calibrated_model
+        from app.core.measure.kv_calibration import read_calibrated_scales, write_calibrated_model
 
         writer, cancel = job.writer, job.cancel
         folder, trust = resolve_model_folder(model)

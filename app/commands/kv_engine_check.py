@@ -3,8 +3,8 @@
 Each dtype the machine can run gets one engine start. Every prompt is asked as the app asks it with thinking on
 (the reasoning system prompt, ``<think>`` opened), greedy and at temperature 0.6 with fixed per-request seeds,
 one sampling at a time with all prompts at once (the same batches for every dtype), up to a fixed token count with
-EOS honoured. The loop guard watches each recorded stream as it watches a reply (app/engine/stream.py's
-first_loop). A dtype the machine can't run is a row with the capability's reason (app/engine/capability.py), as
+EOS honoured. The loop guard watches each recorded stream as it watches a reply (app/engine/reply/stream.py's
+first_loop). A dtype the machine can't run is a row with the capability's reason (app/engine/machine/capability.py), as
 in `nalar bench`.
 """
 
@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from app.core.kv_engine_report import EngineCheck, EngineDtypeRun, EngineStream, Sampling
-from app.core.settings import EngineConfig, LoopGuardConfig, changed
+from app.core.measure.kv_engine_report import EngineCheck, EngineDtypeRun, EngineStream, Sampling
+from app.core.settings.settings import EngineConfig, LoopGuardConfig, changed
 
 ENGINE_KV_DTYPES = ("auto", "fp8_e4m3")
 SAMPLED_TEMPERATURE = 0.6  # what R1-style model cards recommend, and Nalar's default
@@ -50,7 +50,7 @@ async def _stream(host: Any, prompt_ids: list[int], sampling: Sampling, max_toke
 
 def _prompt_ids(host: Any, prompt: str, max_tokens: int) -> list[int]:
     """The prompt as the app sends it with thinking on, for a model without native thinking."""
-    from app.engine.host import REASONING_SYSTEM_PROMPT
+    from app.engine.local.host import REASONING_SYSTEM_PROMPT
 
     messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, {"role": "user", "content": prompt}]
     return list(host.fit_prompt(messages, max_tokens, opened_think=True)[0])
@@ -59,8 +59,8 @@ def _prompt_ids(host: Any, prompt: str, max_tokens: int) -> list[int]:
 def run_engine_dtype(config: EngineConfig, prompts: Sequence[str], plan: Sequence[Sampling], max_tokens: int,
                      guard: LoopGuardConfig) -> EngineDtypeRun:
     """One engine start with ``config``; every prompt × sampling at once; the engine closed afterwards."""
-    from app.engine.host import EngineHost
-    from app.engine.stream import first_loop
+    from app.engine.local.host import EngineHost
+    from app.engine.reply.stream import first_loop
 
     host = EngineHost()
     try:
@@ -98,8 +98,8 @@ def run_engine_check(config: EngineConfig, prompts: Sequence[str], *, seeds: int
                      cancel: threading.Event | None = None) -> EngineCheck:
     """Each KV dtype in turn (``config.model`` set); a dtype this machine can't run is kept with its reason."""
     from app.commands.jobs import machine_description
-    from app.engine import capability
     from app.engine.errors import EngineFailure, FailureKind
+    from app.engine.machine import capability
 
     say = progress or (lambda fraction, message: None)
     probe = probe or capability.probe_hardware()

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from app.commands.jobs import Job, JobContext, JobFailed, machine_description, report_stem, run_job, save_json, sibling
-from app.core.fp8_bench import depth_prompt_ids
-from app.core.job_lines import JobLineWriter
-from app.core.plots import render_heatmap
-from app.core.saturation import (
+from app.core.measure.fp8_bench import depth_prompt_ids
+from app.core.measure.job_lines import JobLineWriter
+from app.core.measure.plots import render_heatmap
+from app.core.measure.saturation import (
     CellResult,
     CellSeries,
     DtypeSweep,
@@ -39,8 +39,8 @@ from app.core.saturation import (
     summarise_cell,
     usable_blocks,
 )
-from app.core.saturation_report import SaturationReport, format_report
-from app.core.settings import EngineConfig, load_settings
+from app.core.measure.saturation_report import SaturationReport, format_report
+from app.core.settings.settings import EngineConfig, load_settings
 
 # Each engine start gets one untimed request before the first cell, so the first row does not pay for it.
 WARMUP_PROMPT_TOKENS, WARMUP_TOKENS = 64, 8
@@ -128,7 +128,7 @@ async def run_cell(host: Any, context_tokens: int, concurrency: int, plan: Sweep
 def sweep_dtype(config: EngineConfig, plan: SweepPlan, predicted_capacity: int | None, block_size: int,
                 on_cell: Any, keep_series: list[dict[str, Any]] | None) -> DtypeSweep:
     """One engine start; every row of the plan (each stops at its latency knee); the engine closed after."""
-    from app.engine.host import EngineHost
+    from app.engine.local.host import EngineHost
 
     dtype = config.kv_cache_dtype
     host = EngineHost()
@@ -169,7 +169,7 @@ def sweep_dtype(config: EngineConfig, plan: SweepPlan, predicted_capacity: int |
 def _planned_capacity(model_dir: Path | None, config: EngineConfig, dtype: str, on_gpu: bool,
                       probe: Any, block_size: int | None) -> tuple[int | None, int]:
     """The planner's capacity for ``dtype`` (None for a hub id) and the block size it assumes."""
-    from app.core.planner import BLOCK_SIZE_CPU, BLOCK_SIZE_GPU, PlannerError, plan_for_folder
+    from app.core.models.planner import BLOCK_SIZE_CPU, BLOCK_SIZE_GPU, PlannerError, plan_for_folder
 
     block = block_size or (BLOCK_SIZE_GPU if on_gpu else BLOCK_SIZE_CPU)
     if model_dir is None:
@@ -192,10 +192,10 @@ def run_saturation(config: EngineConfig, plan: SweepPlan, *, kv_dtypes: Sequence
                    writer: JobLineWriter | None = None, probe: Any = None,
                    keep_series: bool = False) -> SaturationReport:
     """Sweep each KV dtype the machine runs; save JSON and the heatmap PNG; return the report."""
-    from app.core.embedded_model import ensure_embedded_model
-    from app.engine import capability
+    from app.core.models.embedded_model import ensure_embedded_model
     from app.engine.errors import EngineFailure, FailureKind
-    from app.engine.host import check_model_path
+    from app.engine.local.host import check_model_path
+    from app.engine.machine import capability
 
     writer = writer or JobLineWriter(False)
     probe = probe or capability.probe_hardware()
@@ -258,7 +258,7 @@ def run_saturation_command(*, contexts: Sequence[int] | None, concurrency: Seque
     def work(job: JobContext) -> SaturationReport:
         from pydantic import ValidationError
 
-        from app.engine import capability
+        from app.engine.machine import capability
 
         settings, _ = load_settings()
         base = SweepPlan.default(capability.probe_hardware().engine_kind == "cuda")

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import logging
 
-from app.core.keystore import KeyStore, profile_entry
-from app.core.settings import LOCAL_PROFILE, BackendsConfig, EndpointProfile
+from app.core.settings.keystore import KeyStore, profile_entry
+from app.core.settings.settings import LOCAL_PROFILE, BackendsConfig, EndpointProfile
 from app.engine.base import EngineBase
 
 log = logging.getLogger(__name__)
 
 
 def remote_engine(profile: EndpointProfile, backends: BackendsConfig, keys: KeyStore) -> EngineBase:
-    from app.engine.remote import RemoteEngine
+    from app.engine.remote.remote import RemoteEngine
 
     return RemoteEngine(profile, keys.get(profile_entry(profile.name)),
                         first_token_timeout_s=backends.first_token_budget_s)
@@ -21,7 +21,7 @@ def remote_engine(profile: EndpointProfile, backends: BackendsConfig, keys: KeyS
 
 def local_engine() -> EngineBase:
     """vLLM in a child process: its tokenizer's long GIL holds would freeze the window (BENCHMARKS)."""
-    from app.engine.engine_process import EngineProcess
+    from app.engine.process.engine_process import EngineProcess
 
     return EngineProcess()
 
@@ -45,6 +45,6 @@ def build_engine(backends: BackendsConfig, keys: KeyStore) -> EngineBase:
             fallback = remote_engine(profile, backends, keys)
     if fallback is None:
         return primary
-    from app.engine.failover import FailoverEngine
+    from app.engine.remote.failover import FailoverEngine
 
     return FailoverEngine(primary, fallback, first_token_budget_s=backends.first_token_budget_s)

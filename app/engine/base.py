@@ -1,40 +1,23 @@
-"""What every engine offers the UI: the real EngineHost and the scripted double alike."""
+"""What every engine offers the window: EngineProcess (the child that runs vLLM), the remote and failover
+backends, and the scripted double all derive from EngineBase."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from app.core.conversation import Message
-from app.core.settings import EngineConfig, SamplingConfig
+from app.core.chat.conversation import Message
+from app.core.loop_thread import LoopThread
+from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.events import EngineEvent, EngineReady, Finished, StatusChanged
-from app.engine.loop_thread import EngineLoopThread
-from app.engine.reasoning import ReplyTexts
+from app.engine.reply.reasoning import ReplyTexts
+from app.engine.requests import Resume, ToolChoice, Tools
 
 EventSink = Callable[[EngineEvent], None]
 log = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 4.0  # at close, how long an engine may take to stop by itself before its processes are killed
-# OpenAI's tool_choice: "auto" (the model decides), "none", "required" (at least one call), or one named
-# function {"type": "function", "function": {"name": ...}}. Tools are OpenAI function tools:
-# {"type": "function", "function": {"name", "description", "parameters": JSON schema}}.
-ToolChoice = str | dict[str, Any]
-Tools = Sequence[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Resume:
-    """A reply the loop guard cut, to go on with ("Continue anyway"): the text kept so far.
-
-    ``phase`` is where it goes on: "thinking" (the kept thinking; any answer is written anew) or
-    "answer" (after the kept thinking and answer). The new reply's texts start with the kept ones.
-    """
-
-    phase: Literal["thinking", "answer"]
-    thinking: str
-    answer: str = ""
 
 
 class EngineBase:
@@ -44,7 +27,7 @@ class EngineBase:
     can_resume = False  # generate() can go on with a cut reply (``resume``); else it answers anew
 
     def __init__(self, on_status: EventSink | None = None) -> None:
-        self.loop_thread = EngineLoopThread()
+        self.loop_thread = LoopThread()
         self._on_status = on_status or (lambda event: None)
         self.ready: EngineReady | None = None
         self._logged_step: tuple[str, str] | None = None

@@ -15,13 +15,14 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 
-from app.core.settings import EngineConfig, SamplingConfig
-from app.engine.base import EngineBase, EventSink, Message, Resume, ToolChoice, Tools
+from app.core.settings.settings import EngineConfig, SamplingConfig
+from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
-from app.engine.reasoning import THINK_CLOSE, ThinkStart, ThinkTagSplitter
-from app.engine.stream import KvFigures, Phase, ReplyStream
-from app.engine.tool_calls import ToolCallGate, ToolOffer, offer_of, vllm_parse
+from app.engine.reply.reasoning import THINK_CLOSE, ThinkStart, ThinkTagSplitter
+from app.engine.reply.stream import KvFigures, Phase, ReplyStream
+from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, offer_of, vllm_parse
+from app.engine.requests import Resume, ToolChoice, Tools
 
 
 @dataclass

@@ -22,8 +22,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.core.conversation import Message
-from app.core.settings import RequestControls, SamplingConfig
+from app.core.chat.conversation import Message
+from app.core.settings.settings import RequestControls, SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind
 
 MAX_MESSAGES = 4_096  # more is never needed: the context holds a few hundred turns at most

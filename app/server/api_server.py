@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_exceptions import HTTPException
 
-from app.core.settings import SamplingConfig
+from app.core.settings.settings import SamplingConfig
 from app.engine.base import EngineBase
 from app.engine.events import (
     AnswerDelta,

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from app.core import paths
-from app.core.settings import ToolServer, loopback_url_problem, tool_key
-from app.engine.loop_thread import EngineLoopThread
+from app.core.loop_thread import LoopThread
+from app.core.settings import paths
+from app.core.settings.settings import ToolServer, loopback_url_problem, tool_key
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class McpToolbox:
     """The configured servers and their tools. ``configure`` and ``call`` run on ``loop_thread``."""
 
     def __init__(self) -> None:
-        self.loop_thread = EngineLoopThread("nalar-tools")
+        self.loop_thread = LoopThread("nalar-tools")
         self._connections: dict[str, _Connection] = {}
 
     # ---- on the tools loop ---------------------------------------------------------------------

@@ -14,10 +14,10 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app.core.paths import resources_dir
-from app.core.settings import Settings, load_settings, save_settings, settings_path
+from app.core.settings.paths import resources_dir
+from app.core.settings.settings import Settings, load_settings, save_settings, settings_path
 from app.engine.base import EngineBase
-from app.engine.capability import HardwareProbe
+from app.engine.machine.capability import HardwareProbe
 
 log = logging.getLogger(__name__)
 ICON = resources_dir() / "nalar.svg"
@@ -35,14 +35,14 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
     welcome = False
     if first_run:
         # The KV dtype defaults to fp8 where this machine supports it; saved so Settings shows it.
-        from app.engine.capability import first_run_settings, probe_hardware
+        from app.engine.machine.capability import first_run_settings, probe_hardware
 
         probe = probe_hardware()
         settings = first_run_settings(settings, probe)
         welcome = offer_welcome(settings, probe)
         if not welcome:
             save_settings(settings)  # with a welcome dialog, the user's choice is saved instead
-    from app.core.keystore import KeyStore
+    from app.core.settings.keystore import KeyStore
 
     keys = KeyStore()
     if engine is None:

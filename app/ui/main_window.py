@@ -16,22 +16,22 @@ from PySide6.QtGui import QCloseEvent, QGuiApplication
 from PySide6.QtWidgets import QInputDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
-from app.core.conversation import Conversation
-from app.core.history import HistoryStore
-from app.core.keystore import KeyStore
-from app.core.model_families import model_family
-from app.core.settings import Settings
+from app.core.chat.conversation import Conversation
+from app.core.chat.history import HistoryStore
+from app.core.models.model_families import model_family
+from app.core.settings.keystore import KeyStore
+from app.core.settings.settings import Settings
 from app.engine.base import EngineBase
 from app.engine.events import EngineReady, Finished, LoopDetected, StatusChanged
-from app.ui.chat_session import ChatSession
-from app.ui.chat_view import ChatView
-from app.ui.conversation_list import ConversationList
-from app.ui.engine_controller import EngineController
-from app.ui.gauges import GaugeBar
-from app.ui.panes import ErrorBanner, PromptEdit
-from app.ui.reply_controls import ReplyControls
-from app.ui.status_bar import EngineStatusBar
-from app.ui.tools_controller import ToolsController
+from app.ui.chat.chat_view import ChatView
+from app.ui.chat.conversation_list import ConversationList
+from app.ui.chat.gauges import GaugeBar
+from app.ui.chat.panes import ErrorBanner, PromptEdit
+from app.ui.chat.reply_controls import ReplyControls
+from app.ui.chat.status_bar import EngineStatusBar
+from app.ui.controllers.chat_session import ChatSession
+from app.ui.controllers.engine_controller import EngineController
+from app.ui.controllers.tools_controller import ToolsController
 from app.ui.window_menus import WindowMenus
 
 log = logging.getLogger(__name__)

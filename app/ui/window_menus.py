@@ -12,15 +12,15 @@ from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 
-from app.core import paths
-from app.core.history import export_json, export_markdown
-from app.ui.chat_session import ChatSession
-from app.ui.engine_controller import EngineController
-from app.ui.gauges import GaugeBar
-from app.ui.measure_dialog import MeasureDialog
-from app.ui.settings_dialog import SettingsDialog
-from app.ui.tools_controller import ToolsController
-from app.ui.welcome_dialog import WelcomeDialog
+from app.core.chat.history import export_json, export_markdown
+from app.core.settings import paths
+from app.ui.chat.gauges import GaugeBar
+from app.ui.controllers.chat_session import ChatSession
+from app.ui.controllers.engine_controller import EngineController
+from app.ui.controllers.tools_controller import ToolsController
+from app.ui.dialogs.measure_dialog import MeasureDialog
+from app.ui.dialogs.settings_dialog import SettingsDialog
+from app.ui.dialogs.welcome_dialog import WelcomeDialog
 
 
 class WindowMenus(QObject):
@@ -70,7 +70,7 @@ class WindowMenus(QObject):
 
         On first run, closing it without a choice saves and starts the embedded model, so it isn't asked again.
         """
-        from app.engine.capability import probe_hardware
+        from app.engine.machine.capability import probe_hardware
 
         controller = self.controller
         dialog = WelcomeDialog(probe_hardware(), parent=self.window)

@@ -14,8 +14,8 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.core.embedded_model import ensure_embedded_model
-from app.core.settings import EngineConfig, SamplingConfig, Settings, save_settings
+from app.core.models.embedded_model import ensure_embedded_model
+from app.core.settings.settings import EngineConfig, SamplingConfig, Settings, save_settings
 
 PROMPT = "A farmer has 17 sheep. All but 9 run away. How many are left? Explain."
 FOLLOW_UP = "And if 4 of those wander back, how many are there then?"

@@ -1,4 +1,4 @@
-"""Take the README's tool-call screenshot: the real app, engine and an MCP server (tests/mcp_demo_server.py).
+"""Take the README's tool-call screenshot: the real app, engine and an MCP server (tests/support/mcp_demo_server.py).
 
 A forced call to ``add`` is approved with Run; the shot is taken when the answer is in, showing the
 thinking, the call's card with its result folded, and the answer. Run under Xvfb with a window manager:
@@ -15,8 +15,8 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
-from app.core.embedded_model import ensure_embedded_model
-from app.core.settings import EngineConfig, SamplingConfig, Settings, ToolsConfig, ToolServer, save_settings
+from app.core.models.embedded_model import ensure_embedded_model
+from app.core.settings.settings import EngineConfig, SamplingConfig, Settings, ToolsConfig, ToolServer, save_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = ToolServer(name="demo", command=sys.executable, args=(str(ROOT / "tests" / "mcp_demo_server.py"),))

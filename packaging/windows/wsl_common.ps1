@@ -12,7 +12,7 @@ $Utf8 = New-Object System.Text.UTF8Encoding $false
 $OutputEncoding = $Utf8
 $env:WSL_UTF8 = "1"
 
-# Rules shared with the tests (tests/test_windows_wsl_rules.py): the `wsl -l -v` row and the diagnoses.
+# Rules shared with the tests (tests/install/test_windows_wsl_rules.py): the `wsl -l -v` row and the diagnoses.
 $WslRules = Get-Content -Raw -Encoding UTF8 (Join-Path $PSScriptRoot "wsl_rules.json") | ConvertFrom-Json
 
 # Runs inside_wsl.sh from this folder, whose Windows path reaches WSL in NALAR_SCRIPTS (WSLENV /p). The
@@ -124,7 +124,7 @@ function Get-UbuntuRelease([string]$Name) {
     return $null
 }
 
-# The automatic choice when -Distro is not given (tests/test_windows_distro_choice.py mirrors it): a WSL 2
+# The automatic choice when -Distro is not given (tests/install/test_windows_distro_choice.py mirrors it): a WSL 2
 # Ubuntu of at least min_ubuntu, its release from the name (Ubuntu-24.04) or asked ($ReleaseOf); the
 # default row when it is one, else the newest. The default row may be WSL 1 or 20.04 while a usable
 # Ubuntu-24.04 sits below it. $null when none is usable.

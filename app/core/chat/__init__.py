@@ -1,0 +1,1 @@
+"""Conversations as data, and their SQLite history."""

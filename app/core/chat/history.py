@@ -1,0 +1,256 @@
+"""HistoryStore: conversations in SQLite (WAL), written while replies stream, so a crash loses ~1 s.
+
+A reply's row is created when it starts, with ``finish_reason`` NULL. Partial text is
+written as it streams; the final figures when it ends. A row still NULL when the store
+next opens belonged to a process that died: it is marked ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from app.core.chat.conversation import Conversation, ToolRound, Turn
+from app.core.settings import paths
+
+log = logging.getLogger(__name__)
+
+HISTORY_FILE = "history.sqlite3"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    thinking INTEGER NOT NULL DEFAULT 1,
+    tools INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    user_text TEXT NOT NULL,
+    thinking_text TEXT NOT NULL DEFAULT '',
+    answer_text TEXT NOT NULL DEFAULT '',
+    model TEXT NOT NULL DEFAULT '',
+    kv_cache_dtype TEXT NOT NULL DEFAULT '',
+    thinking_tokens INTEGER NOT NULL DEFAULT 0,
+    answer_tokens INTEGER NOT NULL DEFAULT 0,
+    ttft_s REAL,
+    tok_s REAL NOT NULL DEFAULT 0,
+    finish_reason TEXT,
+    backend TEXT NOT NULL DEFAULT '',
+    loop_guard TEXT NOT NULL DEFAULT '',
+    tool_rounds TEXT NOT NULL DEFAULT '[]',
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    UNIQUE (conversation_id, position)
+);
+"""
+SCHEMA_VERSION = 6
+# Each step brings a database of version N (the key) to N + 1.
+MIGRATIONS = {
+    1: "ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''",
+    2: "ALTER TABLE conversations ADD COLUMN thinking INTEGER NOT NULL DEFAULT 1",
+    3: "ALTER TABLE messages ADD COLUMN loop_guard TEXT NOT NULL DEFAULT ''",
+    4: "ALTER TABLE messages ADD COLUMN tool_rounds TEXT NOT NULL DEFAULT '[]'",  # JSON: ToolRound.to_json
+    5: "ALTER TABLE conversations ADD COLUMN tools INTEGER NOT NULL DEFAULT 0",
+}
+
+
+def history_path() -> Path:
+    return paths.data_dir() / HISTORY_FILE
+
+
+class HistoryStore:
+    """One SQLite file. Used from the GUI thread; each call is one short transaction."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or history_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.notice: str | None = None
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            backup = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+            for suffix in ("", "-wal", "-shm"):
+                part = Path(str(self.path) + suffix)
+                if part.exists():
+                    part.replace(Path(str(backup) + suffix))
+            log.warning("history database %s was unreadable (%s); moved to %s", self.path, exc, backup)
+            self.notice = (f"Your conversation history could not be read ({exc}). It was moved to {backup} "
+                           "and a fresh history was started.")
+            self._db = self._open()
+        self.interrupted = self._mark_interrupted()
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; `with db:` groups writes
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+            fresh = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'messages'").fetchone()[0] == 0
+            db.executescript(SCHEMA)
+            self._migrate(db, fresh)
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    @staticmethod
+    def _migrate(db: sqlite3.Connection, fresh: bool) -> None:
+        """A new file has the current schema already; an older one is brought up step by step."""
+        version = SCHEMA_VERSION if fresh else max(1, db.execute("PRAGMA user_version").fetchone()[0])
+        with db:
+            while version < SCHEMA_VERSION:
+                db.execute(MIGRATIONS[version])
+                version += 1
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def _mark_interrupted(self) -> int:
+        with self._db:
+            cursor = self._db.execute("UPDATE messages SET finish_reason = 'interrupted', updated_at = ? "
+                                      "WHERE finish_reason IS NULL", (time.time(),))
+        return cursor.rowcount
+
+    # ---- conversations -------------------------------------------------------------------------
+
+    def save_conversation(self, conversation: Conversation) -> None:
+        now = time.time()
+        with self._db:
+            self._db.execute(
+                "INSERT INTO conversations (id, title, thinking, tools, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title, "
+                "thinking = excluded.thinking, tools = excluded.tools, updated_at = excluded.updated_at",
+                (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools), now, now))
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        with self._db:
+            self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def conversations(self) -> list[Conversation]:
+        """All conversations, oldest first, with their turns."""
+        found = []
+        for row in self._db.execute("SELECT id, title, thinking, tools FROM conversations ORDER BY created_at, rowid"):
+            conversation = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]),
+                                        tools=bool(row["tools"]))
+            for message in self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY position",
+                                            (row["id"],)):
+                conversation.turns.append(Turn(
+                    user=message["user_text"], thinking=message["thinking_text"], answer=message["answer_text"],
+                    finish_reason=message["finish_reason"], thinking_tokens=message["thinking_tokens"],
+                    answer_tokens=message["answer_tokens"], ttft_s=message["ttft_s"], answer_tok_s=message["tok_s"],
+                    message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"],
+                    backend=message["backend"], loop_guard=message["loop_guard"],
+                    tool_rounds=_rounds_from(message["tool_rounds"])))
+            found.append(conversation)
+        return found
+
+    # ---- replies -------------------------------------------------------------------------------
+
+    def start_turn(self, conversation: Conversation, turn: Turn) -> int:
+        """Insert (or reset, for Regenerate) the row of the conversation's last turn."""
+        now = time.time()
+        position = len(conversation.turns) - 1
+        self.save_conversation(conversation)
+        with self._db:
+            self._db.execute(
+                "INSERT INTO messages (conversation_id, position, user_text, model, kv_cache_dtype, backend, "
+                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(conversation_id, position) "
+                "DO UPDATE SET user_text = excluded.user_text, thinking_text = '', answer_text = '', "
+                "model = excluded.model, kv_cache_dtype = excluded.kv_cache_dtype, backend = excluded.backend, "
+                "thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, tok_s = 0, finish_reason = NULL, "
+                "loop_guard = '', tool_rounds = '[]', "
+                "updated_at = excluded.updated_at",
+                (conversation.id, position, turn.user, turn.model, turn.kv_cache_dtype, turn.backend, now, now))
+            message_id = self._db.execute("SELECT id FROM messages WHERE conversation_id = ? AND position = ?",
+                                          (conversation.id, position)).fetchone()[0]
+        turn.message_id = message_id
+        return int(message_id)
+
+    def save_partial(self, turn: Turn, thinking: str, answer: str) -> None:
+        if turn.message_id is None:
+            return
+        with self._db:
+            self._db.execute("UPDATE messages SET thinking_text = ?, answer_text = ?, updated_at = ? WHERE id = ?",
+                             (thinking, answer, time.time(), turn.message_id))
+
+    def save_tool_rounds(self, turn: Turn) -> None:
+        """A call was made, approved, denied or answered: kept at once, so a crash mid-call loses none of it."""
+        if turn.message_id is None:
+            return
+        with self._db:
+            self._db.execute("UPDATE messages SET tool_rounds = ?, updated_at = ? WHERE id = ?",
+                             (_rounds_json(turn), time.time(), turn.message_id))
+
+    def finish_turn(self, turn: Turn) -> None:
+        if turn.message_id is None:
+            return
+        with self._db:
+            self._db.execute(
+                "UPDATE messages SET thinking_text = ?, answer_text = ?, thinking_tokens = ?, answer_tokens = ?, "
+                "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, loop_guard = ?, tool_rounds = ?, "
+                "updated_at = ? WHERE id = ?",
+                (turn.thinking, turn.answer, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s, turn.answer_tok_s,
+                 turn.finish_reason or "stop", turn.backend, turn.loop_guard, _rounds_json(turn), time.time(),
+                 turn.message_id))
+
+    def message_row(self, message_id: int) -> dict[str, Any]:
+        row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        return dict(row) if row else {}
+
+
+def _rounds_json(turn: Turn) -> str:
+    return json.dumps([tool_round.to_json() for tool_round in turn.tool_rounds], ensure_ascii=False)
+
+
+def _rounds_from(text: str) -> list[ToolRound]:
+    try:
+        return [ToolRound.from_json(item) for item in json.loads(text or "[]")]
+    except (ValueError, TypeError, KeyError):  # a damaged cell loses its calls, not the conversation
+        log.warning("unreadable tool calls in the history; shown without them")
+        return []
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+def export_markdown(conversation: Conversation) -> str:
+    lines = [f"# {conversation.title}", ""]
+    for turn in conversation.turns:
+        lines += ["## You", "", turn.user, ""]
+        for tool_round in turn.tool_rounds:
+            if tool_round.thinking.strip():
+                lines += ["<details><summary>Thinking</summary>", "", tool_round.thinking.strip(), "", "</details>",
+                          ""]
+            for call in tool_round.calls:
+                lines += [f"**Tool call** `{call.name}` ({call.status})", "", "```json", call.arguments, "```", "",
+                          "<details><summary>Result</summary>", "", "```text", call.result, "```", "", "</details>",
+                          ""]
+        if turn.thinking:
+            lines += ["<details><summary>Thinking</summary>", "", turn.thinking.strip(), "", "</details>", ""]
+        note = "" if turn.finish_reason in (None, "stop") else f" ({turn.finish_reason})"
+        lines += [f"## Nalar{note}", "", turn.answer, ""]
+    return "\n".join(lines)
+
+
+def export_json(conversation: Conversation) -> str:
+    return json.dumps({
+        "id": conversation.id, "title": conversation.title, "tools": conversation.tools,
+        "messages": [{"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
+                      "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend,
+                      "loop_guard": t.loop_guard,
+                      "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
+                      "thinking_tokens": t.thinking_tokens,
+                      "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s, "tok_s": t.answer_tok_s}
+                     for t in conversation.turns]}, indent=2, ensure_ascii=False)

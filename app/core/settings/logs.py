@@ -1,0 +1,23 @@
+"""Nalar's own log: nalar.log in the log dir, for the app, the commands and the engine process alike."""
+
+from __future__ import annotations
+
+import logging
+from logging.handlers import RotatingFileHandler
+
+from app.core.settings import paths
+
+
+def configure_logging(*, console: bool = True) -> None:
+    """nalar.log in the log dir (the engine process writes there too), and warnings on the console."""
+    folder = paths.log_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    handler = RotatingFileHandler(folder / "nalar.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    if console:
+        stream = logging.StreamHandler()
+        stream.setLevel(logging.WARNING)
+        root.addHandler(stream)

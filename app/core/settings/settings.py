@@ -1,0 +1,308 @@
+"""Nalar's settings: one typed, validated schema, stored as JSON in the config dir.
+
+Every option is declared once here, with its range and description; the
+settings dialog and the engine both read this schema, never a second list.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from app.core.settings import paths
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+SETTINGS_FILE = "settings.json"
+
+KvCacheDtype = Literal["auto", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
+
+
+class EngineConfig(BaseModel):
+    """What the engine is started with. Changing any of it needs an engine restart."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    model: str = Field("", description="Model folder or Hugging Face id; empty means the embedded SmolLM2-135M.")
+    kv_cache_dtype: KvCacheDtype = Field("auto", description="Element type of the KV cache. fp8 halves its size.")
+    max_model_len: int = Field(4096, ge=256, le=1_048_576, description="Context length in tokens.")
+    gpu_memory_utilization: float = Field(
+        0.85, gt=0.05, le=0.98, description="Share of VRAM vLLM may take for weights and KV cache (GPU only).")
+    cpu_kv_cache_gib: float = Field(
+        1.0, ge=0.0078125, le=512, description="KV cache pool size on the CPU engine (from 8 MiB: a saturation "
+                                               "sweep wants a pool that fills).")
+    enable_prefix_caching: bool = Field(True, description="Reuse the KV of a shared conversation prefix.")
+    enforce_eager: bool | None = Field(
+        None, description="Skip graph capture: faster start, slower decode. None: eager on CPU only.")
+    trust_remote_code: bool = Field(False, description="Run Python code shipped with the model. Off unless opted in.")
+    reasoning_mode: bool = Field(
+        True, description="For models without native thinking: open <think> and give them a think budget.")
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="Split the model across this many local GPUs (tensor parallel; GPU only).")
+
+
+LoopAction = Literal["conclude", "resample", "stop", "warn"]
+
+
+class LoopGuardConfig(BaseModel):
+    """The loop guard: when a reply starts repeating itself, catch it and still give an answer."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    enabled: bool = Field(True, description="Watch every reply for thinking or answers that loop.")
+    action: LoopAction = Field(
+        "conclude", description="On a loop: conclude (cut the loop, ask for the answer), resample (retry from "
+                                "the loop's start, hotter), stop, or only warn. A looping answer is always cut.")
+    start_after_tokens: int = Field(256, ge=0, le=131_072, description="Tokens of the reply before checks start.")
+    check_every_tokens: int = Field(16, ge=1, le=1024, description="Tokens between two checks.")
+    max_period_tokens: int = Field(256, ge=4, le=4096, description="Longest exact repeat looked for, in tokens.")
+    min_copies: int = Field(3, ge=2, le=100, description="Copies of a passage (4+ tokens) that make a loop.")
+    min_loop_tokens: int = Field(64, ge=8, le=8192, description="Tokens the copies must cover together.")
+    short_period_copies: int = Field(32, ge=4, le=1000, description="Copies needed for a 1-3 token repeat.")
+    segment_min_chars: int = Field(40, ge=10, le=2000,
+                                   description="Shortest sentence or line compared for near-duplicates.")
+    similarity: float = Field(0.85, gt=0.0, le=1.0,
+                              description="Word-trigram Jaccard at which two sentences count as the same.")
+    similar_segments: int = Field(3, ge=2, le=50, description="Near-duplicate sentences that make a loop.")
+    segment_window: int = Field(12, ge=2, le=200, description="How many recent sentences are compared.")
+    list_item_copies: int = Field(
+        16, ge=2, le=200, description="Near-duplicate list items (lines opening with 1., -, Step 3:) that make a "
+                                      "loop: a list's lines may share one template and differ only in numbers.")
+    resample_temperature: float = Field(
+        0.9, ge=0.0, le=2.0, description="Temperature of a resample (at least this, and above the current one).")
+    max_resamples: int = Field(2, ge=0, le=10, description="Resamples per reply before the guard concludes.")
+
+
+class RequestControls(BaseModel):
+    """What one API request asks for beyond the settings: the local API server fills it from the
+    request's fields, the window leaves it at these defaults. Not shown in Settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stop: tuple[str, ...] = Field((), max_length=16, description="Stop sequences; the text ends before them.")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="Per-request seed for reproducible sampling.")
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    json_schema: str | None = Field(None, description="JSON text of a schema the answer must match "
+                                                      "(structured outputs).")
+    json_object: bool = Field(False, description="The answer must be one JSON object.")
+
+
+class SamplingConfig(BaseModel):
+    """Per-request sampling; defaults are those recommended for R1-style models."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    temperature: float = Field(0.6, ge=0.0, le=2.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, le=1000, description="Sample from the k likeliest tokens; 0: all of them.")
+    max_tokens: int = Field(1024, ge=1, le=131_072, description="Most answer tokens per reply.")
+    repetition_penalty: float = Field(1.0, ge=1.0, le=2.0)
+    think_budget: int = Field(1024, ge=0, le=131_072, description="Most thinking tokens before the answer is forced.")
+    thinking: bool = Field(True, description="The Think switch (each chat keeps its own; this is a new chat's). "
+                                              "Qwen3: through the chat template; R1, QwQ: always on; "
+                                              "other models: Nalar's reasoning mode.")
+    loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
+    request: RequestControls = Field(default_factory=RequestControls)  # per API request; not in Settings
+
+    def with_loop_guard(self, **changes: Any) -> SamplingConfig:
+        """A validated copy with loop-guard fields changed (``model_copy(update=)`` would not validate)."""
+        guard = LoopGuardConfig.model_validate({**self.loop_guard.model_dump(), **changes})
+        return SamplingConfig.model_validate({**self.model_dump(), "loop_guard": guard.model_dump()})
+
+
+LOCAL_PROFILE = "local"
+
+
+class EndpointProfile(BaseModel):
+    """A remote OpenAI-compatible endpoint. Its API key lives in the OS keyring under ``name``, never here."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, description="Shown in the UI and recorded with each reply.")
+    base_url: str = Field(pattern=r"^https?://\S+$", description="For example http://gpu-box:8000/v1.")
+    model: str = Field("", description="Model id on the server; empty means the first one it serves.")
+
+
+class BackendsConfig(BaseModel):
+    """Which engine answers: the local one or a remote profile, with an optional fallback."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    profiles: tuple[EndpointProfile, ...] = Field((), description="Remote endpoints (OpenAI-compatible).")
+    active: str = Field(LOCAL_PROFILE, description="The backend that answers first: 'local' or a profile name.")
+    fallback: str = Field("", description="Profile that answers when the active one can't; empty means none.")
+    fallback_to_local: bool = Field(
+        False, description="When the active backend is remote and fails, answer with the local engine.")
+    first_token_budget_s: float = Field(
+        5.0, ge=0.5, le=600, description="Seconds the active backend gets to send its first token.")
+
+    def profile(self, name: str) -> EndpointProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
+class ApiServerConfig(BaseModel):
+    """Serve the loaded model to other apps on this machine. Its bearer token lives in the keyring."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    enabled: bool = Field(False, description="Serve an OpenAI-compatible API on 127.0.0.1.")
+    port: int = Field(8765, ge=1024, le=65535, description="Port on 127.0.0.1.")
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_url_problem(url: str) -> str | None:
+    """Why ``url`` can't be a tool server (None when it can): only http(s) on this machine's loopback."""
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return f"{url!r} is not an http:// or https:// URL."
+    if not _is_loopback_host(parsed.hostname):
+        return (f"{parsed.hostname} is not this machine: tool servers over HTTP must listen on loopback "
+                "(127.0.0.1, ::1 or localhost). Run a remote server behind a local stdio command instead.")
+    return None
+
+
+class ToolServer(BaseModel):
+    """An MCP server the user added: a command Nalar starts (stdio) or a streamable-HTTP URL on loopback."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$",
+                      description="Shown with its tools; letters, digits, - _ and . only.")
+    command: str = Field("", description="Executable to start (stdio); empty when the server is a URL.")
+    args: tuple[str, ...] = Field((), description="The command's arguments, one per item (no shell).")
+    url: str = Field("", description="Streamable-HTTP endpoint on loopback, e.g. http://127.0.0.1:8000/mcp.")
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ToolServer:
+        if bool(self.command.strip()) == bool(self.url.strip()):
+            raise ValueError("give either a command (stdio) or a URL, not both or neither")
+        if self.url and (problem := loopback_url_problem(self.url)):
+            raise ValueError(problem)
+        return self
+
+
+def tool_key(server: str, tool: str) -> str:
+    """How settings name one tool of one server ("server/tool")."""
+    return f"{server}/{tool}"
+
+
+class ToolsConfig(BaseModel):
+    """Tools from MCP servers. No tool runs without the user's approval unless it is in ``always_allow``."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    servers: tuple[ToolServer, ...] = Field((), description="MCP servers; their commands come only from here.")
+    disabled: tuple[str, ...] = Field((), description="Tools switched off (server/tool): never offered to the model.")
+    always_allow: tuple[str, ...] = Field((), description="Tools (server/tool) that run without asking each time.")
+    call_timeout_s: float = Field(30.0, ge=1.0, le=3600.0, description="Seconds a tool call may take; then the "
+                                                                        "model is told it timed out.")
+    enabled: bool = Field(False, description="The Tools switch of new chats.")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ToolsConfig:
+        names = [server.name for server in self.servers]
+        if len(names) != len(set(names)):
+            raise ValueError("two tool servers have the same name")
+        return self
+
+    def server(self, name: str) -> ToolServer | None:
+        return next((s for s in self.servers if s.name == name), None)
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    schema_version: int = SCHEMA_VERSION
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    backends: BackendsConfig = Field(default_factory=BackendsConfig)
+    api_server: ApiServerConfig = Field(default_factory=ApiServerConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)  # absent in older files: defaults, no migration
+
+    def with_engine(self, **changes: Any) -> Settings:
+        """These settings with engine fields changed, validated: the one way code changes an engine setting."""
+        return changed(self, engine={**self.engine.model_dump(), **changes})
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def changed(base: Model, /, **changes: Any) -> Model:
+    """A copy of ``base`` with ``changes``, validated as a loaded file is (``model_copy(update=)`` is not).
+
+    ``base`` is positional-only: ``model`` is also an EngineConfig field name.
+    """
+    return type(base).model_validate({**base.model_dump(), **changes})
+
+
+# Migrations take the raw dict of version N and return version N + 1.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def settings_path() -> Path:
+    return paths.config_dir() / SETTINGS_FILE
+
+
+def _migrate(raw: dict[str, Any]) -> dict[str, Any]:
+    version = int(raw.get("schema_version", SCHEMA_VERSION))
+    if version > SCHEMA_VERSION:
+        raise ValueError(f"settings were written by a newer Nalar (schema {version})")
+    while version < SCHEMA_VERSION:
+        raw = MIGRATIONS[version](raw)
+        version += 1
+        raw["schema_version"] = version
+    return raw
+
+
+def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
+    """Load settings. Returns (settings, notice); the notice tells the user about a recovery.
+
+    A file that can't be read as valid settings is moved aside and defaults load, so
+    nothing the user wrote is lost and Nalar still starts.
+    """
+    path = path or settings_path()
+    if not path.exists():
+        return Settings(), None
+    try:
+        return Settings.model_validate(_migrate(json.loads(path.read_text(encoding="utf-8")))), None
+    except (OSError, ValueError, ValidationError, KeyError) as exc:
+        backup = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        path.replace(backup)
+        log.warning("settings file %s was unreadable (%s); moved to %s", path, type(exc).__name__, backup)
+        return Settings(), (f"Your settings file could not be read ({_short_reason(exc)}). "
+                            f"It was saved as {backup} and the defaults are in use.")
+
+
+def _short_reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return str(exc).splitlines()[0][:200]
+
+
+def save_settings(settings: Settings, path: Path | None = None) -> None:
+    """Write atomically, so a crash mid-write never leaves a half file."""
+    path = path or settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(settings.model_dump_json(indent=2), encoding="utf-8")
+    os.replace(tmp, path)

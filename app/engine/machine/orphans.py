@@ -1,0 +1,171 @@
+"""Find and end engine processes left behind by a Nalar that died.
+
+vLLM's EngineCore can outlive a parent killed with SIGKILL (vllm issue #55510) and keep
+its memory. Two marks tell our processes from anyone else's, never the name alone:
+
+* After each engine start, Nalar records its engine processes (pid and start time) in
+  ``<data dir>/engines/<owner>.json``, where owner is "<pid>-<start time>" of that Nalar.
+* Every engine process also inherits NALAR_ENGINE_OWNER. vLLM renames its processes with
+  setproctitle, which overwrites /proc/<pid>/environ, so this mark only survives on the
+  helpers it doesn't rename (such as multiprocessing's resource tracker).
+
+A marked process whose owner is gone, and whose start time still matches (so a reused pid
+is never hit), is an orphan.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import psutil
+
+from app.core.settings import paths
+
+log = logging.getLogger(__name__)
+
+OWNER_ENV = "NALAR_ENGINE_OWNER"
+
+
+def owner_tag(process: psutil.Process | None = None) -> str:
+    process = process or psutil.Process()
+    return f"{process.pid}:{process.create_time():.2f}"
+
+
+def _owner_alive(tag: str) -> bool:
+    """True while the Nalar that wrote ``tag`` runs. A zombie is dead: a killed app stays one
+    until its parent (a launcher, a shell, a PID 1 that doesn't reap) gets round to it."""
+    pid_text, _, created = tag.partition(":")
+    try:
+        owner = psutil.Process(int(pid_text))
+        return owner_tag(owner) == f"{pid_text}:{float(created):.2f}" and owner.status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, ValueError):
+        return False
+
+
+def records_dir() -> Path:
+    return paths.data_dir() / "engines"
+
+
+def _record_path(tag: str) -> Path:
+    return records_dir() / (tag.replace(":", "-") + ".json")
+
+
+def record_engine_processes() -> int:
+    """Write down this process's engine children; call after each engine start and stop.
+
+    With no children left the record is removed: a clean shutdown leaves nothing to clean up.
+    """
+    me = psutil.Process()
+    children = []
+    for child in me.children(recursive=True):
+        try:
+            children.append({"pid": child.pid, "create_time": round(child.create_time(), 2), "name": child.name()})
+        except psutil.NoSuchProcess:
+            continue
+    path = _record_path(owner_tag(me))
+    if not children:
+        path.unlink(missing_ok=True)
+        return 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"owner": owner_tag(me), "processes": children}))
+    tmp.replace(path)
+    return len(children)
+
+
+def same_process(pid: int, create_time: float) -> psutil.Process | None:
+    """The process with this pid, if it is still the one that started at ``create_time``."""
+    try:
+        proc = psutil.Process(pid)
+        return proc if round(proc.create_time(), 2) == round(create_time, 2) else None
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _is_resource_tracker(proc: psutil.Process) -> bool:
+    """multiprocessing's helper lives as long as we do, not as long as an engine."""
+    try:
+        return "resource_tracker" in " ".join(proc.cmdline())
+    except psutil.Error:
+        return True
+
+
+def children_since(before: set[int]) -> list[psutil.Process]:
+    """This process's children whose pids are not in ``before``: what an engine start added."""
+    return [p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and not _is_resource_tracker(p)]
+
+
+def tagged_processes(owner: str | None = None) -> list[psutil.Process]:
+    """Processes whose environment carries an owner tag (``owner`` to pick one), this one excluded."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == os.getpid():
+            continue
+        try:
+            tag = proc.environ().get(OWNER_ENV)
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
+            continue
+        if tag and (owner is None or tag == owner):
+            found.append(proc)
+    return found
+
+
+def other_owners_recorded() -> bool:
+    """Whether another Nalar's engine record exists: its owner may still die and leave orphans.
+
+    Records of this process and of its ancestors don't count: the engine process's window is its parent.
+    """
+    me = psutil.Process()
+    ours = {_record_path(owner_tag(process)).name for process in [me, *me.parents()]}
+    return records_dir().exists() and any(r.name not in ours for r in records_dir().glob("*.json"))
+
+
+def find_orphans() -> tuple[list[psutil.Process], list[Path]]:
+    """Orphaned engine processes, and the record files of dead owners (to delete once handled)."""
+    orphans: dict[int, psutil.Process] = {}
+    stale_records = []
+    for record in sorted(records_dir().glob("*.json")) if records_dir().exists() else []:
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            stale_records.append(record)
+            continue
+        if _owner_alive(data.get("owner", "")):
+            continue
+        stale_records.append(record)
+        for entry in data.get("processes", []):
+            proc = same_process(int(entry["pid"]), float(entry["create_time"]))
+            if proc is not None:
+                orphans[proc.pid] = proc
+    for proc in tagged_processes():
+        try:
+            if not _owner_alive(proc.environ()[OWNER_ENV]):
+                orphans[proc.pid] = proc
+        except (psutil.Error, KeyError, OSError):
+            continue
+    return list(orphans.values()), stale_records
+
+
+def end_orphans(timeout: float = 5.0) -> int:
+    """Terminate orphaned engine processes, then kill what ignores SIGTERM. Returns how many."""
+    orphans, stale_records = find_orphans()
+    for proc in orphans:
+        try:
+            log.warning("ending orphaned engine process %d (%s) left by a crashed Nalar", proc.pid, proc.name())
+            proc.terminate()
+        except psutil.Error:
+            continue
+    _, alive = psutil.wait_procs(orphans, timeout=timeout)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
+    psutil.wait_procs(alive, timeout=timeout)
+    for record in stale_records:
+        record.unlink(missing_ok=True)
+    return len(orphans)

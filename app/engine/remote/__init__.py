@@ -1,0 +1,1 @@
+"""Remote backends: an OpenAI-compatible endpoint, and failover from the local engine to it."""

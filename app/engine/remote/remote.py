@@ -1,0 +1,311 @@
+"""RemoteEngine: a remote OpenAI-compatible chat-completions endpoint as an engine backend.
+
+It speaks the streaming API through the ``openai`` package on the engine loop thread and emits
+the same typed events as EngineHost. Reasoning that arrives as ``reasoning_content`` (DeepSeek,
+older vLLM) or ``reasoning`` (newer vLLM) goes to the thinking pane; from a server that sends no
+such field, content goes through our ``<think>`` splitter (RemoteReplySplitter decides).
+
+The API key is handed in by the caller (it comes from the keyring) and is never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from app.core.models.model_families import model_family
+from app.core.settings.settings import EndpointProfile, EngineConfig, SamplingConfig
+from app.engine.base import EngineBase, EventSink, Message
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import EngineEvent, EngineReady, FinishReason, ToolCall, ToolCallDelta
+from app.engine.reply.reasoning import RemoteReplySplitter, Split, think_start_for_model
+from app.engine.reply.stream import Phase, ReplyStream
+from app.engine.reply.tool_calls import new_call_id
+from app.engine.requests import Resume, ToolChoice, Tools
+
+log = logging.getLogger(__name__)
+
+NO_KEY = "no-key"  # the openai client insists on a key; servers without auth ignore it
+NOT_STARTED_FIX = "Check the profile in Settings → Backends, then restart the engine."
+
+
+def _delta_reasoning(delta: Any) -> str:
+    """Reasoning text of a streamed delta, under either field name servers use."""
+    for name in ("reasoning_content", "reasoning"):
+        value = getattr(delta, name, None)
+        if value is None and delta.model_extra:
+            value = delta.model_extra.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+class _Aborted(Exception):
+    """The user (or a failover) stopped this reply."""
+
+
+class RemoteEngine(EngineBase):
+    """One remote profile. ``start`` checks the server and the model; ``generate`` streams a reply."""
+
+    def __init__(self, profile: EndpointProfile, api_key: str | None, *, first_token_timeout_s: float = 5.0,
+                 on_status: EventSink | None = None) -> None:
+        super().__init__(on_status)
+        self.profile = profile
+        self.backend_name = profile.name
+        self._api_key = api_key or NO_KEY
+        self.first_token_timeout_s = first_token_timeout_s
+        self._client: AsyncOpenAI | None = None
+        self.model = profile.model
+        self._stops: dict[str, asyncio.Event] = {}  # set by abort: ends a wait for the next chunk at once
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"RemoteEngine({self.profile.name!r}, {self.profile.base_url!r})"
+
+    # ---- errors ------------------------------------------------------------------------------
+
+    def failure_for(self, exc: BaseException) -> EngineFailure:
+        """Map what the openai client raised to a failure that names the endpoint and the fix."""
+        url, name = self.profile.base_url, self.profile.name
+        if isinstance(exc, EngineFailure):
+            return exc
+        if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
+            return EngineFailure(FailureKind.TIMEOUT,
+                                 f"{url} (profile “{name}”) did not answer within {self.first_token_timeout_s:g} s.",
+                                 "Check that the server is up and reachable, or raise the first-token budget.")
+        if isinstance(exc, openai.APIConnectionError):
+            return EngineFailure(FailureKind.UNREACHABLE, f"Can't reach {url} (profile “{name}”).",
+                                 "Check the base URL and that the server is running and reachable from here.")
+        if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+            return EngineFailure(FailureKind.UNAUTHORIZED,
+                                 f"{url} refused the API key of profile “{name}” ({exc.status_code}).",
+                                 f"Check the key of profile “{name}” in Settings → Backends.")
+        if isinstance(exc, openai.NotFoundError) and not self.model:
+            return EngineFailure(FailureKind.UNREACHABLE,
+                                 f"{url} (profile “{name}”) has no OpenAI-compatible API there (404).",
+                                 "Check the base URL: it usually ends in /v1.")
+        if isinstance(exc, openai.NotFoundError):
+            return EngineFailure(FailureKind.MODEL_NOT_FOUND,
+                                 f"{url} (profile “{name}”) has no model “{self.model}” or no chat API there.",
+                                 "Set the profile's model to one the server lists at /v1/models, "
+                                 "and check the base URL ends in /v1.")
+        if isinstance(exc, openai.BadRequestError) and "context" in str(exc).lower():
+            return EngineFailure(FailureKind.PROMPT_TOO_LONG,
+                                 f"{url} says the conversation is too long for “{self.model}”.",
+                                 "Start a new conversation or lower the max answer tokens.")
+        if isinstance(exc, openai.APIStatusError):
+            return EngineFailure(FailureKind.REQUEST_FAILED,
+                                 f"{url} (profile “{name}”) answered {exc.status_code}: {exc.message[:200]}",
+                                 "Check the server's log; try again.")
+        return EngineFailure(FailureKind.REQUEST_FAILED, f"The request to {url} failed: {exc}", "Try again.")
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
+        """Check the server answers and serves the model. The local EngineConfig doesn't apply here."""
+        started = time.perf_counter()
+        await self.shutdown()
+        self._status("loading", f"connecting to {self.profile.base_url}…", 0.2)
+        timeout = openai.Timeout(None, connect=self.first_token_timeout_s)
+        client = AsyncOpenAI(base_url=self.profile.base_url, api_key=self._api_key, max_retries=0, timeout=timeout)
+        try:
+            models = await asyncio.wait_for(client.models.list(), self.first_token_timeout_s)
+            served = {m.id: m for m in models.data}
+            if not self.model:
+                if not served:
+                    raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"{self.profile.base_url} serves no model.",
+                                        "Load a model on the server, or pick another profile.")
+                self.model = next(iter(served))
+            elif served and self.model not in served:
+                raise EngineFailure(FailureKind.MODEL_NOT_FOUND,
+                                    f"{self.profile.base_url} doesn't serve “{self.model}”.",
+                                    f"Set the model of profile “{self.profile.name}” to one of: "
+                                    f"{', '.join(sorted(served))[:300]}.")
+        except (EngineFailure, openai.OpenAIError, asyncio.TimeoutError, OSError) as exc:
+            await client.close()
+            failure = self.failure_for(exc)
+            self._status("failed", failure.message)
+            raise failure from None
+        self._client = client
+        max_len = int((served[self.model].model_extra or {}).get("max_model_len") or 0) if served else 0
+        self.ready = EngineReady(model=f"{self.profile.name}: {self.model}", kv_cache_dtype="remote",
+                                 max_model_len=max_len, kv_capacity_tokens=0, max_concurrency=0.0,
+                                 load_seconds=time.perf_counter() - started)
+        self._status("ready", f"ready: {self.model} at {self.profile.base_url} (profile “{self.profile.name}”)", 1.0)
+        return self.ready
+
+    async def shutdown(self) -> None:
+        client, self._client, self.ready = self._client, None, None
+        for stop in self._stops.values():
+            stop.set()
+        if client is not None:
+            await client.close()
+            self._status("stopped", f"disconnected from {self.profile.base_url}")
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    async def abort(self, request_id: str) -> None:
+        self._stops.setdefault(request_id, asyncio.Event()).set()
+
+    async def _until_stopped(self, awaitable: Any, rid: str, timeout: float | None) -> Any:
+        """Await the next step of a reply unless it is aborted first (raises _Aborted) or times out."""
+        step = asyncio.ensure_future(awaitable)
+        stopper = asyncio.ensure_future(self._stops.setdefault(rid, asyncio.Event()).wait())
+        try:
+            done, _ = await asyncio.wait({step, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if step in done:
+            return step.result()
+        step.cancel()
+        with contextlib.suppress(BaseException):
+            await step
+        if self._stops[rid].is_set():
+            raise _Aborted
+        raise asyncio.TimeoutError
+
+    def request_answer_now(self, request_id: str) -> None:
+        """A remote server can't be told to stop thinking mid-stream; the reply goes on."""
+        log.info("answer-now is not supported by remote profile %s", self.profile.name)
+
+    async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
+                       ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
+                       tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
+        """``resume`` is not supported (can_resume is False): the caller asks anew."""
+        rid = request_id or uuid.uuid4().hex[:12]
+        ready = self.ready
+        stream = ReplyStream(rid, max_model_len=ready.max_model_len if ready else 0, sampling=sampling)
+        splitter = RemoteReplySplitter(think_start_for_model(self.model, None, sampling.thinking))
+        finish: FinishReason = "stop"
+        calls = StreamedCalls()
+
+        with self.keeping(rid, stream.texts):
+            try:
+                if self._client is None or ready is None:
+                    raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
+                                        NOT_STARTED_FIX)
+                kwargs: dict[str, Any] = {
+                    "model": self.model, "messages": list(messages), "stream": True,
+                    "temperature": sampling.temperature, "top_p": sampling.top_p,
+                    "max_tokens": sampling.think_budget + sampling.max_tokens,
+                    "stream_options": {"include_usage": True}}
+                if model_family(self.model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
+                    kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
+                kwargs.update(request_fields(sampling, tools, tool_choice))
+                # The server may take its time before the first chunk: that wait is what the budget bounds.
+                chunk_stream: AsyncIterator[Any] = await self._until_stopped(
+                    self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
+                async with contextlib.aclosing(chunk_stream) as chunks:  # type: ignore[type-var]
+                    iterator = aiter(chunks)
+                    while True:
+                        try:
+                            first = stream.first_token_at is None
+                            chunk = await self._until_stopped(
+                                anext(iterator), rid, self.first_token_timeout_s if first else None)
+                        except StopAsyncIteration:
+                            break
+                        if chunk.usage is not None:
+                            stream.prompt_tokens = chunk.usage.prompt_tokens or 0
+                        if not chunk.choices:
+                            continue
+                        choice = chunk.choices[0]
+                        for event in calls.feed(rid, choice.delta.tool_calls or ()):
+                            yield event
+                        part = splitter.feed(choice.delta.content or "", _delta_reasoning(choice.delta))
+                        # Servers send about one token per chunk: a phase's chunk counts as one token.
+                        phases: tuple[tuple[Phase, str], ...] = (("thinking", part.thinking), ("answer", part.answer))
+                        for phase, text in phases:
+                            if text:
+                                for event in stream.step(phase, Split(text, "") if phase == "thinking"
+                                                         else Split("", text), 1):
+                                    yield event
+                        if choice.finish_reason:
+                            finish = ("length" if choice.finish_reason == "length" else
+                                      "tool_calls" if choice.finish_reason == "tool_calls" else "stop")
+                        if stream.loop is not None:
+                            # A server can't be told to close the think block mid-stream: a loop ends the reply.
+                            loop = stream.act_on_loop(can_conclude=False, can_resample=False)
+                            yield loop
+                            if loop.outcome != "warned":
+                                finish = "loop"
+                                break
+                        if stream.first_token_at is not None and (metrics := stream.due_metrics()) is not None:
+                            yield metrics
+                for event in stream.texts.take(rid, splitter.flush()):
+                    yield event
+            except _Aborted:
+                finish = "abort"
+            except asyncio.CancelledError:
+                yield stream.aborted()
+                raise
+            except (EngineFailure, openai.OpenAIError, asyncio.TimeoutError, OSError) as exc:
+                # Keep what arrived; say what went wrong and where.
+                failure = self.failure_for(exc)
+                if not isinstance(exc, EngineFailure):
+                    log.warning("request %s to profile %s failed: %s", rid, self.profile.name, type(exc).__name__)
+                for event in stream.failed(failure):
+                    yield event
+                return
+            finally:
+                self._stops.pop(rid, None)
+            if calls.calls() and finish == "stop":
+                finish = "tool_calls"
+            for event in stream.finished(finish, calls.calls()):
+                yield event
+
+
+def request_fields(sampling: SamplingConfig, tools: Tools | None, tool_choice: ToolChoice | None) -> dict[str, Any]:
+    """The request's tools and controls in OpenAI's shape, for a remote server."""
+    asked = sampling.request
+    fields: dict[str, Any] = {}
+    if tools:
+        fields["tools"] = list(tools)
+        fields["tool_choice"] = tool_choice if tool_choice is not None else "auto"
+    if asked.stop:
+        fields["stop"] = list(asked.stop)
+    if asked.seed is not None:
+        fields["seed"] = asked.seed
+    if asked.presence_penalty:
+        fields["presence_penalty"] = asked.presence_penalty
+    if asked.frequency_penalty:
+        fields["frequency_penalty"] = asked.frequency_penalty
+    if asked.json_schema is not None:
+        fields["response_format"] = {"type": "json_schema",
+                                     "json_schema": {"name": "answer", "schema": json.loads(asked.json_schema)}}
+    elif asked.json_object:
+        fields["response_format"] = {"type": "json_object"}
+    return fields
+
+
+class StreamedCalls:
+    """A remote reply's tool_calls deltas (merged by index, as the openai client does) as ToolCallDelta."""
+
+    def __init__(self) -> None:
+        self._calls: dict[int, dict[str, str]] = {}
+
+    def feed(self, rid: str, deltas: Sequence[Any]) -> list[EngineEvent]:
+        events: list[EngineEvent] = []
+        for delta in deltas:
+            index = int(getattr(delta, "index", 0) or 0)
+            function = getattr(delta, "function", None)
+            name = getattr(function, "name", None) if function is not None else None
+            arguments = (getattr(function, "arguments", None) if function is not None else None) or ""
+            call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+            call_id = getattr(delta, "id", None)
+            call["id"] = call["id"] or call_id or ""
+            call["name"] += name or ""
+            call["arguments"] += arguments
+            events.append(ToolCallDelta(rid, index, call_id, name, arguments))
+        return events
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(call["id"] or new_call_id(), call["name"], call["arguments"] or "{}")
+                     for _, call in sorted(self._calls.items()))

@@ -1,0 +1,36 @@
+"""The row under the prompt: Send, the Think and Tools switches, Stop, Answer now, Regenerate and Copy
+answer, enabled by what the engine and the reply allow."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
+
+from app.ui.chat.think_switch import ThinkSwitch, ToolsSwitch
+
+
+class ReplyControls(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.send_button = QPushButton("Send")
+        self.think_switch = ThinkSwitch()
+        self.tools_switch = ToolsSwitch()
+        self.stop_button = QPushButton("Stop")
+        self.answer_now_button = QPushButton("Answer now")
+        self.answer_now_button.setToolTip("End thinking here and write the answer")
+        self.regenerate_button = QPushButton("Regenerate")
+        self.copy_button = QPushButton("Copy answer")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for button in (self.send_button, self.think_switch, self.tools_switch, self.stop_button,
+                       self.answer_now_button, self.regenerate_button, self.copy_button):
+            layout.addWidget(button)
+        layout.addStretch(1)
+
+    def set_state(self, *, engine_ready: bool, streaming: bool, has_turns: bool, has_answer: bool,
+                  awaiting_tools: bool = False) -> None:
+        """``awaiting_tools``: the reply waits on a tool call, which Regenerate may drop."""
+        self.send_button.setEnabled(engine_ready and not streaming)
+        self.stop_button.setEnabled(streaming)
+        self.answer_now_button.setEnabled(streaming)
+        self.regenerate_button.setEnabled(engine_ready and (not streaming or awaiting_tools) and has_turns)
+        self.copy_button.setEnabled(has_answer)

@@ -1,0 +1,429 @@
+"""SettingsDialog: a form generated from the settings schema, with a live planner.
+
+No field is listed here by hand: widgets, ranges and tooltips come from the pydantic
+models in app.core.settings.settings, so adding a setting there adds it here.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.measure.fp8_scales import fp8_scales_text
+from app.core.models.embedded_model import embedded_model_dir
+from app.core.models.model_folder import folder_problem, looks_local
+from app.core.models.planner import GIB, PlannerError, bandwidth_for, plan_for_folder, utilization_for_free_vram
+from app.core.settings.keystore import KeyStore
+from app.core.settings.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Settings
+from app.engine.machine import capability
+from app.engine.machine.capability import HardwareProbe
+from app.engine.machine.gpu_start import held_by_others
+from app.ui.controllers.tools_controller import ToolsController
+from app.ui.dialogs.backends_panel import ApiServerPanel, BackendsPanel
+from app.ui.dialogs.tools_tab import ToolsTab
+
+SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
+    ("engine", EngineConfig), ("sampling", SamplingConfig), ("loop_guard", LoopGuardConfig))
+TITLES = {"engine": ("Engine (restarts the engine)", "Model && engine"), "sampling": ("Sampling", "Sampling"),
+          "loop_guard": ("When a reply loops", "Loop guard")}
+
+
+def _section_value(settings: Settings, section: str) -> BaseModel:
+    """The loop guard travels with each request, inside the sampling settings."""
+    return settings.sampling.loop_guard if section == "loop_guard" else getattr(settings, section)
+LABELS = {"max_model_len": "Context length (tokens)", "kv_cache_dtype": "KV cache dtype",
+          "gpu_memory_utilization": "GPU memory utilization", "cpu_kv_cache_gib": "CPU KV cache (GiB)",
+          "enable_prefix_caching": "Prefix caching", "enforce_eager": "Eager mode (no graphs)",
+          "trust_remote_code": "Trust remote code", "top_p": "Top-p", "max_tokens": "Max answer tokens",
+          "think_budget": "Think budget (tokens)", "reasoning_mode": "Reasoning mode",
+          "top_k": "Top-k", "thinking": "Think (new chats)"}
+
+
+def _label(name: str) -> str:
+    return LABELS.get(name, name.replace("_", " ").capitalize())
+
+
+def _upper_bound(field: Any) -> float | None:
+    """The field's ``le`` limit, from pydantic's metadata."""
+    return next((meta.le for meta in field.metadata if getattr(meta, "le", None) is not None), None)
+
+
+def model_max_len(model: str) -> int | None:
+    folder = Path(model).expanduser() if model else embedded_model_dir()
+    try:
+        value = json.loads((folder / "config.json").read_text()).get("max_position_embeddings")
+        return int(value) if value else None
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+class SettingsDialog(QDialog):
+    """Edits a copy of the settings; ``applied`` carries the validated result."""
+
+    applied = Signal(object)  # Settings
+
+    def __init__(self, settings: Settings, probe: HardwareProbe | None = None, parent: QWidget | None = None,
+                 keys: KeyStore | None = None, tools: ToolsController | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Nalar settings")
+        self.setObjectName("SettingsDialog")
+        self.resize(760, 660)  # tabs keep it on a 768-px laptop screen
+        self.probe = probe or capability.probe_hardware()
+        self.original = settings
+        self.editors: dict[tuple[str, str], QWidget] = {}
+        self.errors: dict[tuple[str, str], QLabel] = {}
+        self.candidate: Settings | None = settings
+        self.reasons = QLabel(wordWrap=True)
+        self.reasons.setObjectName("DisabledReasons")
+        self.reasons.setStyleSheet("color: #8a5300;")
+        self.form_error = QLabel(wordWrap=True)
+        self.form_error.setStyleSheet("color: #b00020;")
+        self.planner_view = QTextBrowser()
+        self.planner_view.setObjectName("PlannerView")
+        self.planner_view.setMinimumHeight(170)
+
+        layout = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("SettingsTabs")
+        layout.addWidget(self.tabs)
+        pages: dict[str, QVBoxLayout] = {}
+        for section, schema in SECTIONS:
+            box = QGroupBox(TITLES[section][0])
+            form = QFormLayout(box)
+            for name, field in schema.model_fields.items():
+                if name in ("loop_guard", "request"):
+                    continue  # the loop guard has its own tab; request controls are per API request
+                editor = self._editor_for(section, name, field, getattr(_section_value(settings, section), name))
+                editor.setToolTip(field.description or "")
+                error = QLabel()
+                error.setStyleSheet("color: #b00020;")
+                error.hide()
+                cell = QWidget()
+                cell_layout = QVBoxLayout(cell)
+                cell_layout.setContentsMargins(0, 0, 0, 0)
+                cell_layout.addWidget(editor)
+                cell_layout.addWidget(error)
+                form.addRow(_label(name), cell)
+                self.errors[(section, name)] = error
+            page = QWidget()
+            pages[section] = QVBoxLayout(page)
+            pages[section].addWidget(box)
+            self.tabs.addTab(page, TITLES[section][1])
+        self.keys = keys or KeyStore()
+        self.backends_panel = BackendsPanel(settings.backends, self.keys)
+        self.api_server_panel = ApiServerPanel(settings.api_server, self.keys)
+        self.backends_panel.changed.connect(self.revalidate)
+        self.api_server_panel.changed.connect(self.revalidate)
+        for panel, title in ((self.backends_panel, "Backends"), (self.api_server_panel, "Local API server")):
+            page = QWidget()
+            page_layout = QVBoxLayout(page)
+            page_layout.addWidget(panel)
+            page_layout.addStretch(1)
+            self.tabs.addTab(page, title)
+        self.tools_tab = ToolsTab(settings.tools, tools)  # app/ui/dialogs/tools_tab.py
+        self.tools_tab.changed.connect(self.revalidate)
+        self.tabs.addTab(self.tools_tab, "Tools")
+        engine_page = pages["engine"]
+        engine_page.addWidget(self.reasons)
+        engine_page.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
+        engine_page.addWidget(self.planner_view)
+        pages["sampling"].addStretch(1)
+        pages["loop_guard"].addStretch(1)
+        layout.addWidget(self.form_error)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Apply
+                                        | QDialogButtonBox.StandardButton.Cancel)
+        self.buttons.accepted.connect(self._on_ok)
+        self.buttons.rejected.connect(self.reject)
+        self.buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self._on_apply)
+        layout.addWidget(self.buttons)
+        self._apply_hardware_limits()
+        self.revalidate()
+
+    # ---- widgets from the schema ----------------------------------------------------------------
+
+    def _editor_for(self, section: str, name: str, field: Any, value: Any) -> QWidget:
+        annotation = field.annotation
+        origin = typing.get_origin(annotation)
+        editor: QWidget
+        if name == "model":
+            editor = self._model_editor(value)
+        elif origin is typing.Literal:
+            editor = QComboBox()
+            for choice in typing.get_args(annotation):
+                editor.addItem(str(choice), choice)
+            editor.setCurrentIndex(max(0, editor.findData(value)))
+            editor.currentIndexChanged.connect(self.revalidate)
+        elif annotation is bool:
+            editor = QCheckBox()
+            editor.setChecked(bool(value))
+            editor.toggled.connect(self.revalidate)
+        elif bool in typing.get_args(annotation):  # bool | None: auto, on, off
+            editor = QComboBox()
+            for text, data in (("auto", None), ("on", True), ("off", False)):
+                editor.addItem(text, data)
+            editor.setCurrentIndex(editor.findData(value) if value is not None else 0)
+            editor.currentIndexChanged.connect(self.revalidate)
+        elif annotation is int:
+            editor = QSpinBox()
+            high = _upper_bound(field)
+            # The spin box itself allows a wider range, so a bad value gets an inline reason.
+            editor.setRange(0, int(high or 10**9) * 4)
+            editor.setValue(int(value))
+            editor.valueChanged.connect(self.revalidate)
+        elif annotation is float:
+            editor = QDoubleSpinBox()
+            high = _upper_bound(field)
+            editor.setDecimals(2)
+            editor.setSingleStep(0.05)
+            editor.setRange(0.0, float(high or 1000) * 4)
+            editor.setValue(float(value))
+            editor.valueChanged.connect(self.revalidate)
+        else:
+            editor = QLineEdit(str(value))
+            editor.textChanged.connect(self.revalidate)
+        editor.setObjectName(f"{section}.{name}")
+        self.editors[(section, name)] = editor
+        if name == "trust_remote_code":
+            assert isinstance(editor, QCheckBox)
+            editor.toggled.connect(self._confirm_remote_code)
+        return editor
+
+    def _model_editor(self, value: str) -> QWidget:
+        holder = QWidget()
+        row = QHBoxLayout(holder)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.model_edit = QLineEdit(value)
+        self.model_edit.setPlaceholderText("embedded SmolLM2-135M-Instruct")
+        self.model_edit.textChanged.connect(self._on_model_changed)
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse_model)
+        embedded = QPushButton("Embedded")
+        embedded.setToolTip("Use the small model that ships with Nalar")
+        embedded.clicked.connect(lambda: self.model_edit.setText(""))
+        row.addWidget(self.model_edit, 1)
+        row.addWidget(browse)
+        row.addWidget(embedded)
+        return holder
+
+    def _browse_model(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a model folder (with config.json)")
+        if folder:
+            self.model_edit.setText(folder)
+
+    def _on_model_changed(self) -> None:
+        # The opt-in belongs to one model: a different model starts untrusted.
+        trust = self.editors[("engine", "trust_remote_code")]
+        assert isinstance(trust, QCheckBox)
+        trust.blockSignals(True)
+        trust.setChecked(False)
+        trust.blockSignals(False)
+        self.revalidate()
+
+    def _confirm_remote_code(self, checked: bool) -> None:
+        if not checked:
+            return
+        model = self.model_edit.text() or "the embedded model"
+        answer = QMessageBox.warning(
+            self, "Trust remote code?",
+            f"This lets {model} run Python code it ships, with your user's rights. Only do this for a "
+            "model whose source you trust.", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No)
+        if answer != QMessageBox.StandardButton.Yes:
+            editor = self.editors[("engine", "trust_remote_code")]
+            assert isinstance(editor, QCheckBox)
+            editor.setChecked(False)
+
+    def _apply_hardware_limits(self) -> None:
+        """Disable what this machine can't run and say why."""
+        combo = self.editors[("engine", "kv_cache_dtype")]
+        assert isinstance(combo, QComboBox)
+        model = combo.model()
+        assert isinstance(model, QStandardItemModel)
+        reasons = []
+        for row in range(combo.count()):
+            dtype = combo.itemData(row)
+            reason = capability.kv_dtype_unsupported_reason(dtype, self.probe)
+            item = model.item(row)
+            item.setEnabled(reason is None)
+            item.setToolTip(reason or "")
+            if reason:
+                reasons.append(f"{dtype}: {reason}")
+        if not model.item(combo.currentIndex()).isEnabled():
+            combo.setCurrentIndex(combo.findData("auto"))
+        on_gpu = self.probe.engine_kind == "cuda"
+        self.editors[("engine", "gpu_memory_utilization")].setEnabled(on_gpu)
+        self.editors[("engine", "cpu_kv_cache_gib")].setEnabled(not on_gpu)
+        reasons.append("GPU memory utilization applies to the GPU engine only." if not on_gpu
+                       else "The CPU KV cache size applies to the CPU engine only.")
+        gpus = len(self.probe.gpus) if on_gpu else 0
+        self.editors[("engine", "tensor_parallel_size")].setEnabled(gpus > 1)
+        if gpus <= 1:
+            reasons.append(f"Tensor parallel size needs more than one NVIDIA GPU (this machine has {gpus}); "
+                           "for more, point a remote profile at a multi-GPU vLLM server.")
+        self.reasons.setText("\n".join(reasons))
+
+    # ---- validation and the planner -------------------------------------------------------
+
+    def values(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {section: {} for section, _ in SECTIONS}
+        for (section, name), editor in self.editors.items():
+            if name == "model":
+                out[section][name] = self.model_edit.text().strip()
+            elif isinstance(editor, QComboBox):
+                out[section][name] = editor.currentData()
+            elif isinstance(editor, QCheckBox):
+                out[section][name] = editor.isChecked()
+            elif isinstance(editor, (QSpinBox, QDoubleSpinBox)):
+                out[section][name] = editor.value()
+            elif isinstance(editor, QLineEdit):
+                out[section][name] = editor.text()
+        return out
+
+    def revalidate(self) -> None:
+        for label in self.errors.values():
+            label.hide()
+        raw = self.values()
+        problems: list[str] = []
+        try:
+            backends = self.backends_panel.value()
+        except ValueError as exc:  # a profile's name or URL: shown under the backends panel
+            backends = None
+            if isinstance(exc, ValidationError):
+                first = exc.errors()[0]
+                problems.append(f"Backends: profile {'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+            else:
+                problems.append(f"Backends: {exc}")
+        try:
+            candidate = Settings(engine=EngineConfig(**raw["engine"]),
+                                 sampling=SamplingConfig(**raw["sampling"], loop_guard=raw["loop_guard"]),
+                                 backends=backends or self.original.backends,
+                                 api_server=self.api_server_panel.value(), tools=self.tools_tab.value())
+        except ValidationError as exc:
+            candidate = None
+            for error in exc.errors():
+                loc = tuple(str(p) for p in error["loc"])
+                field = loc[0] if loc else ""
+                if field == "loop_guard" and len(loc) > 1:
+                    field, section = loc[1], "loop_guard"
+                else:
+                    section = "engine" if field in EngineConfig.model_fields else "sampling"
+                self._field_error(section, field, error["msg"])
+                problems.append(f"{_label(field)}: {error['msg']}")
+        model = raw["engine"]["model"]
+        problem = folder_problem(Path(model).expanduser()) if looks_local(model) else None
+        if problem is not None:
+            self._field_error("engine", "model", problem.message)
+            problems.append("Model: not a model folder")
+            candidate = None
+        limit = model_max_len(model)
+        if limit and raw["engine"]["max_model_len"] > limit:
+            self._field_error("engine", "max_model_len", f"This model supports at most {limit:,} tokens.")
+            problems.append("Context length: beyond the model's maximum")
+            candidate = None
+        if backends is None:
+            candidate = None
+        self.candidate = candidate
+        ok = candidate is not None
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(ok)
+        self.buttons.button(QDialogButtonBox.StandardButton.Apply).setEnabled(ok)
+        backend_problems = [p for p in problems if p.startswith("Backends: ")]
+        self.form_error.setText("" if ok else "\n".join(backend_problems) or "Fix the fields marked in red to apply.")
+        self._update_planner(raw["engine"])
+
+    def _field_error(self, section: str, name: str, message: str) -> None:
+        label = self.errors.get((section, name))
+        if label is not None:
+            label.setText(message)
+            label.show()
+
+    def _update_planner(self, engine: dict[str, Any]) -> None:
+        folder = Path(engine["model"]).expanduser() if engine["model"] else embedded_model_dir()
+        if folder_problem(folder) is not None:
+            self.planner_view.setHtml("<i>The planner needs a local model folder; a hub model is planned "
+                                      "once it has been downloaded.</i>")
+            return
+        dtypes = ("auto", "fp8_e4m3", "fp8_e5m2")
+        vram_note = ""
+        try:
+            if self.probe.engine_kind == "cuda" and self.probe.gpus:
+                gpu = self.probe.gpus[0]
+                share = utilization_for_free_vram(engine["gpu_memory_utilization"], gpu.vram_free_bytes,
+                                                  gpu.vram_total_bytes)  # what a start now would get
+                result = plan_for_folder(folder, max_model_len=engine["max_model_len"], kv_dtypes=dtypes,
+                                         vram_total_bytes=gpu.vram_total_bytes, gpu_memory_utilization=share,
+                                         bandwidth_gbps=bandwidth_for(gpu.name))
+                vram_note = f"<br>VRAM now{held_by_others(gpu)}." if held_by_others(gpu) else ""
+            else:
+                result = plan_for_folder(folder, max_model_len=engine["max_model_len"], kv_dtypes=dtypes,
+                                         cpu_kv_pool_bytes=int(engine["cpu_kv_cache_gib"] * GIB))
+        except (PlannerError, OSError, ValueError) as exc:
+            self.planner_view.setHtml(f"<b>Can't plan this model:</b> {exc}")
+            return
+        self.plan = result
+        header = "".join(f"<th>{'bf16 (auto)' if r.kv_cache_dtype == 'auto' else r.kv_cache_dtype}</th>"
+                         for r in result.rows)
+
+        def cells(fn: Any) -> str:
+            return "".join(f"<td align='right'>{fn(r)}</td>" for r in result.rows)
+
+        rows = [
+            ("KV bytes / token", cells(lambda r: f"{r.kv_bytes_per_token:,}")),
+            ("KV per sequence", cells(lambda r: f"{r.kv_bytes_per_sequence / GIB:.2f} GiB")),
+            ("KV capacity", cells(lambda r: f"{r.capacity_tokens:,} tokens")),
+            ("Sequences that fit", cells(lambda r: f"{r.max_concurrency:.1f}")),
+            ("Fits", cells(lambda r: "yes" if r.fits else "<b style='color:#b00020'>no</b>")),
+            ("Floor ms/token", cells(lambda r: f"{r.floor_ms_per_token:.1f}" if r.floor_ms_per_token else "–")),
+        ]
+        body = "".join(f"<tr><td>{name}</td>{values}</tr>" for name, values in rows)
+        weights = f"{result.weight_bytes / GIB:.2f} GiB{' (estimated)' if result.weights_estimated else ''}"
+        note = f"<br><i>{result.shape.note}</i>" if result.shape.note else ""
+        note += vram_note
+        if scales := fp8_scales_text(engine["kv_cache_dtype"], folder):
+            note += f"<br>KV cache: {scales}"
+        self.planner_view.setHtml(
+            f"<table cellspacing=6><tr><th></th>{header}</tr>{body}</table>"
+            f"<small>Weights {weights}. {result.assumption}{note}</small>")
+
+    # ---- buttons -------------------------------------------------------------------------------
+
+    def _on_apply(self) -> None:
+        if self.candidate is not None:
+            self.backends_panel.store_keys()
+            self.applied.emit(self.candidate)
+            self.original = self.candidate
+
+    def _on_ok(self) -> None:
+        if self.candidate is None:
+            return
+        keys_before = self.keys.profile_changes
+        self.backends_panel.store_keys()
+        if self.candidate != self.original or self.keys.profile_changes != keys_before:
+            self.applied.emit(self.candidate)
+        self.accept()
+

@@ -1,0 +1,1 @@
+"""Tests of app/commands (the `nalar` subcommands and their jobs)."""

@@ -1,0 +1,163 @@
+"""HistoryStore on a real SQLite file: persistence, crash recovery, corruption, export."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from app.core.chat.conversation import Conversation, Turn
+from app.core.chat.history import HistoryStore, export_json, export_markdown, history_path
+
+
+def conversation_with_turn(store: HistoryStore, user: str = "What is 2+3?") -> tuple[Conversation, Turn]:
+    conversation = Conversation(title="Sums")
+    turn = Turn(user=user, model="SmolLM2", kv_cache_dtype="auto")
+    conversation.turns.append(turn)
+    store.start_turn(conversation, turn)
+    return conversation, turn
+
+
+def test_file_lives_in_the_data_dir_in_wal_mode(isolated_dirs) -> None:
+    store = HistoryStore()
+    assert store.path == history_path() and store.path.is_relative_to(isolated_dirs)
+    assert store.path.name == "history.sqlite3" and "xdg_data_home" in str(store.path)
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_finished_turns_round_trip() -> None:
+    store = HistoryStore()
+    conversation, turn = conversation_with_turn(store)
+    turn.thinking, turn.answer, turn.finish_reason = "2 plus 3", "**5**", "stop"
+    turn.thinking_tokens, turn.answer_tokens, turn.ttft_s, turn.answer_tok_s = 4, 2, 0.12, 17.5
+    store.finish_turn(turn)
+    store.close()
+    [loaded] = HistoryStore().conversations()
+    assert loaded.id == conversation.id and loaded.title == "Sums"
+    assert loaded.turns[0].answer == "**5**" and loaded.turns[0].thinking == "2 plus 3"
+    assert (loaded.turns[0].finish_reason, loaded.turns[0].ttft_s, loaded.turns[0].answer_tok_s) == ("stop", 0.12, 17.5)
+    assert (loaded.turns[0].model, loaded.turns[0].kv_cache_dtype) == ("SmolLM2", "auto")
+
+
+def test_a_reply_cut_off_by_a_crash_is_kept_and_marked_interrupted() -> None:
+    store = HistoryStore()
+    conversation, turn = conversation_with_turn(store)
+    store.save_partial(turn, "thinking so far", "half an ans")
+    store.close()  # no finish_turn: the process died
+    reopened = HistoryStore()
+    assert reopened.interrupted == 1
+    [loaded] = reopened.conversations()
+    assert loaded.turns[0].answer == "half an ans" and loaded.turns[0].finish_reason == "interrupted"
+    assert HistoryStore().interrupted == 0, "marked once"
+
+
+def test_regenerate_resets_the_same_row() -> None:
+    store = HistoryStore()
+    conversation, turn = conversation_with_turn(store)
+    turn.answer, turn.finish_reason = "first", "stop"
+    store.finish_turn(turn)
+    first_id = turn.message_id
+    conversation.turns[-1] = Turn(user=turn.user)
+    store.start_turn(conversation, conversation.turns[-1])
+    assert conversation.turns[-1].message_id == first_id
+    assert store.message_row(first_id)["answer_text"] == "" and store.message_row(first_id)["finish_reason"] is None
+
+
+def test_delete_cascades_to_messages() -> None:
+    store = HistoryStore()
+    conversation, turn = conversation_with_turn(store)
+    store.delete_conversation(conversation.id)
+    assert store.conversations() == [] and store.message_row(turn.message_id) == {}
+
+
+def test_corrupted_file_is_moved_aside_and_a_fresh_one_starts() -> None:
+    path = history_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"this is not a database, just bytes that were once a history file" * 100)
+    store = HistoryStore()
+    backups = list(path.parent.glob("history.sqlite3.corrupt-*"))
+    assert len(backups) == 1 and backups[0].read_bytes().startswith(b"this is not a database")
+    assert store.notice is not None and str(backups[0]) in store.notice
+    conversation_with_turn(store)
+    assert len(store.conversations()) == 1
+
+
+def test_exports() -> None:
+    conversation = Conversation(title="Sums", turns=[
+        Turn(user="2+3?", thinking="add them", answer="**5**", finish_reason="stop"),
+        Turn(user="and 4+4?", thinking="", answer="8 and then", finish_reason="interrupted")])
+    markdown = export_markdown(conversation)
+    assert markdown.startswith("# Sums") and "## You\n\n2+3?" in markdown and "**5**" in markdown
+    assert "<details><summary>Thinking</summary>" in markdown and "## Nalar (interrupted)" in markdown
+    data = json.loads(export_json(conversation))
+    assert data["title"] == "Sums" and data["messages"][0]["thinking"] == "add them"
+    assert data["messages"][1]["finish_reason"] == "interrupted"
+
+
+def tool_turn(store: HistoryStore) -> tuple[Conversation, Turn]:
+    from app.core.chat.conversation import ToolRound, ToolStep
+
+    conversation, turn = conversation_with_turn(store, "What is 2+40?")
+    conversation.tools = True
+    turn.tool_rounds.append(ToolRound("I should add them.", [
+        ToolStep("call-1", "add", '{"a": 2, "b": 40}', "demo", "42", "ok"),
+        ToolStep("call-2", "slow", "{}", "demo", "", "pending")]))
+    return conversation, turn
+
+
+def test_tool_calls_and_results_survive_a_crash_and_a_restart() -> None:
+    """Bug caught: calls kept only in memory (lost when Nalar dies mid-call), or the chat's Tools switch not
+    stored, so a reopened chat would offer no tools."""
+    store = HistoryStore()
+    conversation, turn = tool_turn(store)
+    store.save_conversation(conversation)
+    store.save_tool_rounds(turn)
+    store.close()  # no finish_turn: the process died while the second call waited for approval
+    [loaded] = HistoryStore().conversations()
+    assert loaded.tools is True
+    [tool_round] = loaded.turns[0].tool_rounds
+    assert tool_round.thinking == "I should add them."
+    assert [(c.name, c.arguments, c.result, c.status) for c in tool_round.calls] == [
+        ("add", '{"a": 2, "b": 40}', "42", "ok"), ("slow", "{}", "", "pending")]
+
+
+def test_the_model_reads_back_each_call_and_its_result() -> None:
+    """Bug caught: a follow-up request without the assistant's tool_calls or with a call left unanswered (chat
+    templates and OpenAI servers refuse a tool_call with no tool message)."""
+    store = HistoryStore()
+    conversation, turn = tool_turn(store)
+    messages = conversation.messages()
+    assert messages[0] == {"role": "user", "content": "What is 2+40?"}
+    assert messages[1]["role"] == "assistant"
+    assert [c["function"]["name"] for c in messages[1]["tool_calls"]] == ["add", "slow"]
+    assert messages[2] == {"role": "tool", "tool_call_id": "call-1", "content": "42"}
+    assert messages[3]["tool_call_id"] == "call-2" and "did not run" in messages[3]["content"]
+    turn.answer = "42"
+    conversation.turns.append(Turn(user="thanks"))
+    assert conversation.messages()[4:] == [{"role": "assistant", "content": "42"},
+                                           {"role": "user", "content": "thanks"}]
+
+
+def test_exports_keep_calls_and_results() -> None:
+    """Bug caught: Export dropping the tool calls, so an exported chat's answer cites a result that isn't there."""
+    store = HistoryStore()
+    conversation, turn = tool_turn(store)
+    markdown = export_markdown(conversation)
+    assert "**Tool call** `add` (ok)" in markdown and '{"a": 2, "b": 40}' in markdown and "42" in markdown
+    data = json.loads(export_json(conversation))
+    assert data["messages"][0]["tool_rounds"][0]["calls"][0]["result"] == "42"
+
+
+def test_a_schema_4_history_gains_the_tool_columns() -> None:
+    """Bug caught: a history file from before tools failing to open (it would be moved aside as corrupt)."""
+    store = HistoryStore()
+    conversation, turn = conversation_with_turn(store)
+    store.close()
+    db = sqlite3.connect(store.path)
+    db.executescript("ALTER TABLE messages DROP COLUMN tool_rounds; ALTER TABLE conversations DROP COLUMN tools; "
+                     "PRAGMA user_version = 4;")
+    db.close()
+    reopened = HistoryStore()
+    assert reopened.notice is None
+    [loaded] = reopened.conversations()
+    assert loaded.tools is False and loaded.turns[0].tool_rounds == []

@@ -1,0 +1,45 @@
+"""canitoolcall 0.1.1's offline fixtures, all 469, side by side: its own vLLM adapter and Nalar's tool path.
+
+One item per family runs every fixture of the family through both, in the same run, with canitoolcall's
+own replay (one plain parse, one stream per default chunking strategy) and its own checks; a fixture
+passes when its case passes (or soft-passes) every check. Nalar must pass at least as many as vLLM's
+adapter, and at least its floor. Both sides use the same stand-in tokenizer (tests/support/tool_fixture_sides.py
+says what that is, and which families need the real tokenizer instead).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("canitoolcall")
+from tests.support.tool_fixture_sides import NEEDS_REAL_TOKENIZER, run_family
+
+# family → fixtures Nalar's path passes (measured; raise when it gets better). Every check counts, over all
+# of a family's fixtures: the floors before the side-by-side counted tool-call matches only, without
+# a tokenizer, so they are not comparable with these.
+FLOORS = {"qwen3-hermes": 48, "qwen3-xml": 49, "glm": 44, "kimi": 43, "deepseek": 66, "gemma4": 32, "llama": 33}
+FAMILIES = sorted([*FLOORS, *NEEDS_REAL_TOKENIZER])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nalar_passes_canitoolcall_fixtures_at_least_as_well_as_vllm(family: str, monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """Bug caught: a change to the gate (markers, held text, framed answers, calls inside thinking), to the
+    splitters or to a family's parser choice that makes Nalar's API output worse than vLLM's own parsers on
+    some family; the failure names every fixture vLLM passes and Nalar doesn't, with Nalar's failing check."""
+    if family in NEEDS_REAL_TOKENIZER:
+        pytest.skip(f"{family}: needs the real tokenizer: {NEEDS_REAL_TOKENIZER[family]}")
+    sides = run_family(family, monkeypatch, tmp_path)
+    vllm, nalar = sides["vllm"], sides["nalar"]
+    print(f"\n{family}: {nalar.fixtures} fixtures, vLLM adapter {len(vllm.passed)}, Nalar {len(nalar.passed)}; "
+          f"Nalar only: {sorted(set(nalar.passed) - set(vllm.passed))}; "
+          f"vLLM only: {sorted(set(vllm.passed) - set(nalar.passed))}")
+    assert not vllm.prompt_mismatch and len(vllm.prompt_matched) == vllm.fixtures, \
+        f"{family}: the stand-in's prompt must end with each fixture's generation prompt: {vllm.prompt_mismatch}"
+    lost = {fid: nalar.failed.get(fid, "?") for fid in vllm.passed if fid not in nalar.passed}
+    assert len(nalar.passed) >= len(vllm.passed), f"{family}: Nalar {len(nalar.passed)} < vLLM {len(vllm.passed)}; " \
+                                                  f"vLLM passes, Nalar fails: {lost}"
+    assert len(nalar.passed) >= FLOORS[family], f"{family}: {len(nalar.passed)} passed, floor {FLOORS[family]}; " \
+                                                f"failing: {nalar.failed}"

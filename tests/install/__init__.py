@@ -1,0 +1,1 @@
+"""Tests of packaging/ and of a fresh checkout: installers, launcher, line endings."""

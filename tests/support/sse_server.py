@@ -1,0 +1,77 @@
+"""A scripted OpenAI-compatible chat server on 127.0.0.1: it streams exactly the deltas a test gives it.
+
+A real HTTP server and real SSE, read by the real ``openai`` client inside RemoteEngine; only what
+the "model" says is scripted. A request's last user message names the script to play, so one server
+serves many replays. It lists no models, so a client may ask for any model name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from aiohttp import web
+
+from app.core.loop_thread import LoopThread
+
+Delta = dict[str, str]  # e.g. {"content": "…"} or {"reasoning_content": "…"}
+
+
+class ScriptedSseServer:
+    def __init__(self) -> None:
+        self.scripts: dict[str, list[Delta]] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.base_url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+        return self.base_url
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": []})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        deltas = self.scripts[body["messages"][-1]["content"]]
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(delta: dict[str, Any], finish: str | None = None) -> None:
+            chunk = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0,
+                     "model": body.get("model", ""), "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""})
+        for delta in deltas:
+            await send(delta)
+        await send({}, "stop")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+
+@contextmanager
+def scripted_sse_server() -> Iterator[ScriptedSseServer]:
+    """The server on a loop thread of its own, stopped (and the thread ended) on exit."""
+    thread = LoopThread("scripted-sse")
+    server = ScriptedSseServer()
+    try:
+        thread.submit(server.start()).result(10)
+        yield server
+    finally:
+        thread.submit(server.stop()).result(10)
+        thread.stop()

@@ -1,0 +1,53 @@
+"""Streaming panes render the same as rendering the whole text at once, wherever chunks fall."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PySide6.QtWidgets import QTextBrowser
+
+from app.ui.chat.panes import MAX_DISPLAY_BLOCK, AnswerPane, ThinkingPane
+
+MARKDOWN = (
+    "First we add.\n\n"
+    "- item one\n- item **two**\n\n"
+    "```python\nx = 1\n\ny = 2\n```\n\n"
+    "Then *we* answer: `5`.\n"
+    "A second line of the same paragraph.\n\n"
+    "1. one\n2. two\n"
+)
+
+
+def whole_render(text: str) -> str:
+    browser = QTextBrowser()
+    browser.setMarkdown(text)
+    return browser.toPlainText()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(min_value=1, max_value=len(MARKDOWN) - 1), max_size=12, unique=True))
+def test_answer_pane_streaming_render_matches_whole_render(qtbot, cuts: list[int]) -> None:
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    bounds = [0, *sorted(cuts), len(MARKDOWN)]
+    for start, end in zip(bounds, bounds[1:]):
+        pane.append(MARKDOWN[start:end])
+        pane.render_markdown()  # a refresh between every chunk: the worst case for incremental rendering
+    assert pane.text() == MARKDOWN
+    assert pane.view.toPlainText().split() == whole_render(MARKDOWN).split()
+    assert "```" not in pane.view.toPlainText() and "**" not in pane.view.toPlainText()
+
+
+def test_thinking_pane_keeps_text_and_breaks_only_huge_display_lines(qtbot) -> None:
+    pane = ThinkingPane()
+    qtbot.addWidget(pane)
+    words = " ".join(f"w{i}" for i in range(2000))
+    for start in range(0, len(words), 37):
+        pane.append(words[start:start + 37])
+    pane.append("\nnext line")
+    assert pane.text() == words + "\nnext line"
+    document = pane.view.document()
+    assert document.blockCount() > 2
+    assert all(len(document.findBlockByNumber(i).text()) <= MAX_DISPLAY_BLOCK + 40
+               for i in range(document.blockCount()))
+    assert pane.view.toPlainText().split() == pane.text().split()

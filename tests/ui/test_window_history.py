@@ -1,0 +1,75 @@
+"""The window keeps conversations in the history database, while replies stream and across restarts."""
+
+from __future__ import annotations
+
+import json
+
+from app.core.chat.conversation import Conversation, Turn
+from app.core.chat.history import HistoryStore
+from app.engine.scripted import Script, ScriptedEngineDouble
+
+
+def test_replies_are_saved_while_streaming_and_when_finished(qtbot, make_window) -> None:
+    slow = Script(["<think>", *[f"step {i} " for i in range(30)], "</think>", *[f"word{i} " for i in range(30)]],
+                  tokens_per_second=20)
+    window = make_window(ScriptedEngineDouble([slow]))
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    window.prompt.setPlainText("count for me")
+    window.controls.send_button.click()
+    store = HistoryStore()  # a second connection, as another process would read the file
+    qtbot.waitUntil(lambda: window.session.streaming, timeout=5_000)
+    turn = window.session.conversation.turns[-1]
+    qtbot.waitUntil(lambda: store.message_row(turn.message_id).get("thinking_text", "").startswith("step 0"),
+                    timeout=5_000)
+    assert store.message_row(turn.message_id)["finish_reason"] is None
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        pass
+    row = store.message_row(turn.message_id)
+    assert row["finish_reason"] == "stop" and row["answer_text"].startswith("word0 ")
+    assert row["thinking_tokens"] > 0 and row["model"] == "scripted-double" and row["kv_cache_dtype"] == "auto"
+
+
+def test_conversations_come_back_after_a_restart(qtbot, make_window) -> None:
+    first = make_window(ScriptedEngineDouble([Script(["<think>t</think>five"])]))
+    qtbot.waitUntil(first.controls.send_button.isEnabled, timeout=5_000)
+    with qtbot.waitSignal(first.reply_finished, timeout=10_000):
+        first.send("2+3?")
+    first.conversation_list.new_button.click()
+    first.close()
+    second = make_window(ScriptedEngineDouble())
+    assert [c.title for c in second.session.model] == ["2+3?", "New conversation"]
+    second.conversation_list.select(0)
+    assert second.chat_view.answer_pane.text() == "five" and "t" == second.chat_view.thinking_pane.text()
+
+
+def test_an_interrupted_reply_is_shown_with_a_notice(qtbot, make_window) -> None:
+    store = HistoryStore()
+    conversation = Conversation(title="cut off")
+    conversation.turns.append(Turn(user="long question"))
+    store.start_turn(conversation, conversation.turns[0])
+    store.save_partial(conversation.turns[0], "partial thought", "partial answ")
+    store.close()
+    window = make_window(ScriptedEngineDouble(), start=False)
+    assert window.chat_view.answer_pane.text() == "partial answ"
+    assert window.notice_label.isVisible() and "interrupted" in window.notice_label.text()
+    assert window.session.conversation.turns[0].finish_reason == "interrupted"
+
+
+def test_export_writes_markdown_and_json(qtbot, make_window, tmp_path) -> None:
+    window = make_window(ScriptedEngineDouble([Script(["<think>add</think>**5**"])]))
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        window.send("2+3?")
+    markdown = window.menus.export_conversation("md", str(tmp_path / "chat.md")).read_text()
+    assert "## You\n\n2+3?" in markdown and "**5**" in markdown
+    data = json.loads(window.menus.export_conversation("json", str(tmp_path / "chat.json")).read_text())
+    assert data["messages"][0]["answer"] == "**5**" and data["messages"][0]["thinking"] == "add"
+
+
+def test_a_corrupted_history_file_is_reported(qtbot, make_window) -> None:
+    from app.core.chat.history import history_path
+
+    history_path().parent.mkdir(parents=True, exist_ok=True)
+    history_path().write_bytes(b"garbage" * 500)
+    window = make_window(ScriptedEngineDouble(), start=False)
+    assert window.banner.isVisible() and "history.sqlite3.corrupt-" in window.banner.text()
