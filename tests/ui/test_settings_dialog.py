@@ -71,7 +71,7 @@ def test_planner_shows_bf16_and_fp8_side_by_side(qtbot) -> None:
     assert "bf16 (auto)" in text and "fp8_e4m3" in text
     assert "46,592 tokens" in text and "93,184 tokens" in text  # 1 GiB pool, the embedded model
     dialog.editors[("engine", "cpu_kv_cache_gib")].setValue(2.0)
-    assert dialog.plan.row("auto").capacity_tokens == 93_184
+    assert dialog.planner_view.plan.row("auto").capacity_tokens == 93_184
     assert "186,368 tokens" in dialog.planner_view.toPlainText()
 
 

@@ -7,7 +7,6 @@ models in app.core.settings.settings, so adding a setting there adds it here.
 from __future__ import annotations
 
 import json
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -28,24 +26,21 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMessageBox,
     QPushButton,
-    QSpinBox,
     QTabWidget,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.measure.fp8_scales import fp8_scales_text
 from app.core.models.embedded_model import embedded_model_dir
 from app.core.models.model_folder import folder_problem, looks_local
-from app.core.models.planner import GIB, PlannerError, bandwidth_for, plan_for_folder, utilization_for_free_vram
 from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Settings
 from app.engine.machine import capability
 from app.engine.machine.capability import HardwareProbe
-from app.engine.machine.gpu_start import held_by_others
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.dialogs.backends_panel import ApiServerPanel, BackendsPanel
+from app.ui.dialogs.planner_view import PlannerView
+from app.ui.dialogs.schema_form import editor_for, editor_value
 from app.ui.dialogs.tools_tab import ToolsTab
 
 SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
@@ -69,11 +64,6 @@ def _label(name: str) -> str:
     return LABELS.get(name, name.replace("_", " ").capitalize())
 
 
-def _upper_bound(field: Any) -> float | None:
-    """The field's ``le`` limit, from pydantic's metadata."""
-    return next((meta.le for meta in field.metadata if getattr(meta, "le", None) is not None), None)
-
-
 def model_max_len(model: str) -> int | None:
     folder = Path(model).expanduser() if model else embedded_model_dir()
     try:
@@ -81,6 +71,66 @@ def model_max_len(model: str) -> int | None:
         return int(value) if value else None
     except (OSError, ValueError, TypeError):
         return None
+
+
+def apply_hardware_limits(editors: dict[tuple[str, str], QWidget], probe: HardwareProbe) -> str:
+    """Disable the editors of what this machine can't run; the reasons, one a line."""
+    combo = editors[("engine", "kv_cache_dtype")]
+    assert isinstance(combo, QComboBox)
+    model = combo.model()
+    assert isinstance(model, QStandardItemModel)
+    reasons = []
+    for row in range(combo.count()):
+        dtype = combo.itemData(row)
+        reason = capability.kv_dtype_unsupported_reason(dtype, probe)
+        item = model.item(row)
+        item.setEnabled(reason is None)
+        item.setToolTip(reason or "")
+        if reason:
+            reasons.append(f"{dtype}: {reason}")
+    if not model.item(combo.currentIndex()).isEnabled():
+        combo.setCurrentIndex(combo.findData("auto"))
+    on_gpu = probe.engine_kind == "cuda"
+    editors[("engine", "gpu_memory_utilization")].setEnabled(on_gpu)
+    editors[("engine", "cpu_kv_cache_gib")].setEnabled(not on_gpu)
+    reasons.append("GPU memory utilization applies to the GPU engine only." if not on_gpu
+                   else "The CPU KV cache size applies to the CPU engine only.")
+    gpus = len(probe.gpus) if on_gpu else 0
+    editors[("engine", "tensor_parallel_size")].setEnabled(gpus > 1)
+    if gpus <= 1:
+        reasons.append(f"Tensor parallel size needs more than one NVIDIA GPU (this machine has {gpus}); "
+                       "for more, point a remote profile at a multi-GPU vLLM server.")
+    return "\n".join(reasons)
+
+
+def field_errors(exc: ValidationError) -> list[tuple[str, str, str]]:
+    """(section, field, message) for each error of a Settings built from the form."""
+    found = []
+    for error in exc.errors():
+        loc = tuple(str(p) for p in error["loc"])
+        field = loc[0] if loc else ""
+        if field == "loop_guard" and len(loc) > 1:
+            field, section = loc[1], "loop_guard"
+        else:
+            section = "engine" if field in EngineConfig.model_fields else "sampling"
+        found.append((section, field, error["msg"]))
+    return found
+
+
+def backends_problem(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"Backends: profile {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+    return f"Backends: {exc}"
+
+
+def user_trusts_remote_code(parent: QWidget, model: str) -> bool:
+    answer = QMessageBox.warning(
+        parent, "Trust remote code?",
+        f"This lets {model} run Python code it ships, with your user's rights. Only do this for a "
+        "model whose source you trust.", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+        QMessageBox.StandardButton.No)
+    return answer == QMessageBox.StandardButton.Yes
 
 
 class SettingsDialog(QDialog):
@@ -104,9 +154,7 @@ class SettingsDialog(QDialog):
         self.reasons.setStyleSheet("color: #8a5300;")
         self.form_error = QLabel(wordWrap=True)
         self.form_error.setStyleSheet("color: #b00020;")
-        self.planner_view = QTextBrowser()
-        self.planner_view.setObjectName("PlannerView")
-        self.planner_view.setMinimumHeight(170)
+        self.planner_view = PlannerView()
 
         layout = QVBoxLayout(self)
         self.tabs = QTabWidget()
@@ -162,51 +210,13 @@ class SettingsDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         self.buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self._on_apply)
         layout.addWidget(self.buttons)
-        self._apply_hardware_limits()
+        self.reasons.setText(apply_hardware_limits(self.editors, self.probe))
         self.revalidate()
 
     # ---- widgets from the schema ----------------------------------------------------------------
 
     def _editor_for(self, section: str, name: str, field: Any, value: Any) -> QWidget:
-        annotation = field.annotation
-        origin = typing.get_origin(annotation)
-        editor: QWidget
-        if name == "model":
-            editor = self._model_editor(value)
-        elif origin is typing.Literal:
-            editor = QComboBox()
-            for choice in typing.get_args(annotation):
-                editor.addItem(str(choice), choice)
-            editor.setCurrentIndex(max(0, editor.findData(value)))
-            editor.currentIndexChanged.connect(self.revalidate)
-        elif annotation is bool:
-            editor = QCheckBox()
-            editor.setChecked(bool(value))
-            editor.toggled.connect(self.revalidate)
-        elif bool in typing.get_args(annotation):  # bool | None: auto, on, off
-            editor = QComboBox()
-            for text, data in (("auto", None), ("on", True), ("off", False)):
-                editor.addItem(text, data)
-            editor.setCurrentIndex(editor.findData(value) if value is not None else 0)
-            editor.currentIndexChanged.connect(self.revalidate)
-        elif annotation is int:
-            editor = QSpinBox()
-            high = _upper_bound(field)
-            # The spin box itself allows a wider range, so a bad value gets an inline reason.
-            editor.setRange(0, int(high or 10**9) * 4)
-            editor.setValue(int(value))
-            editor.valueChanged.connect(self.revalidate)
-        elif annotation is float:
-            editor = QDoubleSpinBox()
-            high = _upper_bound(field)
-            editor.setDecimals(2)
-            editor.setSingleStep(0.05)
-            editor.setRange(0.0, float(high or 1000) * 4)
-            editor.setValue(float(value))
-            editor.valueChanged.connect(self.revalidate)
-        else:
-            editor = QLineEdit(str(value))
-            editor.textChanged.connect(self.revalidate)
+        editor = self._model_editor(value) if name == "model" else editor_for(field, value, self.revalidate)
         editor.setObjectName(f"{section}.{name}")
         self.editors[(section, name)] = editor
         if name == "trust_remote_code":
@@ -246,63 +256,17 @@ class SettingsDialog(QDialog):
         self.revalidate()
 
     def _confirm_remote_code(self, checked: bool) -> None:
-        if not checked:
-            return
-        model = self.model_edit.text() or "the embedded model"
-        answer = QMessageBox.warning(
-            self, "Trust remote code?",
-            f"This lets {model} run Python code it ships, with your user's rights. Only do this for a "
-            "model whose source you trust.", QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
-            QMessageBox.StandardButton.No)
-        if answer != QMessageBox.StandardButton.Yes:
+        if checked and not user_trusts_remote_code(self, self.model_edit.text() or "the embedded model"):
             editor = self.editors[("engine", "trust_remote_code")]
             assert isinstance(editor, QCheckBox)
             editor.setChecked(False)
-
-    def _apply_hardware_limits(self) -> None:
-        """Disable what this machine can't run and say why."""
-        combo = self.editors[("engine", "kv_cache_dtype")]
-        assert isinstance(combo, QComboBox)
-        model = combo.model()
-        assert isinstance(model, QStandardItemModel)
-        reasons = []
-        for row in range(combo.count()):
-            dtype = combo.itemData(row)
-            reason = capability.kv_dtype_unsupported_reason(dtype, self.probe)
-            item = model.item(row)
-            item.setEnabled(reason is None)
-            item.setToolTip(reason or "")
-            if reason:
-                reasons.append(f"{dtype}: {reason}")
-        if not model.item(combo.currentIndex()).isEnabled():
-            combo.setCurrentIndex(combo.findData("auto"))
-        on_gpu = self.probe.engine_kind == "cuda"
-        self.editors[("engine", "gpu_memory_utilization")].setEnabled(on_gpu)
-        self.editors[("engine", "cpu_kv_cache_gib")].setEnabled(not on_gpu)
-        reasons.append("GPU memory utilization applies to the GPU engine only." if not on_gpu
-                       else "The CPU KV cache size applies to the CPU engine only.")
-        gpus = len(self.probe.gpus) if on_gpu else 0
-        self.editors[("engine", "tensor_parallel_size")].setEnabled(gpus > 1)
-        if gpus <= 1:
-            reasons.append(f"Tensor parallel size needs more than one NVIDIA GPU (this machine has {gpus}); "
-                           "for more, point a remote profile at a multi-GPU vLLM server.")
-        self.reasons.setText("\n".join(reasons))
 
     # ---- validation and the planner -------------------------------------------------------
 
     def values(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {section: {} for section, _ in SECTIONS}
         for (section, name), editor in self.editors.items():
-            if name == "model":
-                out[section][name] = self.model_edit.text().strip()
-            elif isinstance(editor, QComboBox):
-                out[section][name] = editor.currentData()
-            elif isinstance(editor, QCheckBox):
-                out[section][name] = editor.isChecked()
-            elif isinstance(editor, (QSpinBox, QDoubleSpinBox)):
-                out[section][name] = editor.value()
-            elif isinstance(editor, QLineEdit):
-                out[section][name] = editor.text()
+            out[section][name] = self.model_edit.text().strip() if name == "model" else editor_value(editor)
         return out
 
     def revalidate(self) -> None:
@@ -314,11 +278,7 @@ class SettingsDialog(QDialog):
             backends = self.backends_panel.value()
         except ValueError as exc:  # a profile's name or URL: shown under the backends panel
             backends = None
-            if isinstance(exc, ValidationError):
-                first = exc.errors()[0]
-                problems.append(f"Backends: profile {'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
-            else:
-                problems.append(f"Backends: {exc}")
+            problems.append(backends_problem(exc))
         try:
             candidate = Settings(engine=EngineConfig(**raw["engine"]),
                                  sampling=SamplingConfig(**raw["sampling"], loop_guard=raw["loop_guard"]),
@@ -326,15 +286,9 @@ class SettingsDialog(QDialog):
                                  api_server=self.api_server_panel.value(), tools=self.tools_tab.value())
         except ValidationError as exc:
             candidate = None
-            for error in exc.errors():
-                loc = tuple(str(p) for p in error["loc"])
-                field = loc[0] if loc else ""
-                if field == "loop_guard" and len(loc) > 1:
-                    field, section = loc[1], "loop_guard"
-                else:
-                    section = "engine" if field in EngineConfig.model_fields else "sampling"
-                self._field_error(section, field, error["msg"])
-                problems.append(f"{_label(field)}: {error['msg']}")
+            for section, field, message in field_errors(exc):
+                self._field_error(section, field, message)
+                problems.append(f"{_label(field)}: {message}")
         model = raw["engine"]["model"]
         problem = folder_problem(Path(model).expanduser()) if looks_local(model) else None
         if problem is not None:
@@ -354,61 +308,13 @@ class SettingsDialog(QDialog):
         self.buttons.button(QDialogButtonBox.StandardButton.Apply).setEnabled(ok)
         backend_problems = [p for p in problems if p.startswith("Backends: ")]
         self.form_error.setText("" if ok else "\n".join(backend_problems) or "Fix the fields marked in red to apply.")
-        self._update_planner(raw["engine"])
+        self.planner_view.show_plan(raw["engine"], self.probe)
 
     def _field_error(self, section: str, name: str, message: str) -> None:
         label = self.errors.get((section, name))
         if label is not None:
             label.setText(message)
             label.show()
-
-    def _update_planner(self, engine: dict[str, Any]) -> None:
-        folder = Path(engine["model"]).expanduser() if engine["model"] else embedded_model_dir()
-        if folder_problem(folder) is not None:
-            self.planner_view.setHtml("<i>The planner needs a local model folder; a hub model is planned "
-                                      "once it has been downloaded.</i>")
-            return
-        dtypes = ("auto", "fp8_e4m3", "fp8_e5m2")
-        vram_note = ""
-        try:
-            if self.probe.engine_kind == "cuda" and self.probe.gpus:
-                gpu = self.probe.gpus[0]
-                share = utilization_for_free_vram(engine["gpu_memory_utilization"], gpu.vram_free_bytes,
-                                                  gpu.vram_total_bytes)  # what a start now would get
-                result = plan_for_folder(folder, max_model_len=engine["max_model_len"], kv_dtypes=dtypes,
-                                         vram_total_bytes=gpu.vram_total_bytes, gpu_memory_utilization=share,
-                                         bandwidth_gbps=bandwidth_for(gpu.name))
-                vram_note = f"<br>VRAM now{held_by_others(gpu)}." if held_by_others(gpu) else ""
-            else:
-                result = plan_for_folder(folder, max_model_len=engine["max_model_len"], kv_dtypes=dtypes,
-                                         cpu_kv_pool_bytes=int(engine["cpu_kv_cache_gib"] * GIB))
-        except (PlannerError, OSError, ValueError) as exc:
-            self.planner_view.setHtml(f"<b>Can't plan this model:</b> {exc}")
-            return
-        self.plan = result
-        header = "".join(f"<th>{'bf16 (auto)' if r.kv_cache_dtype == 'auto' else r.kv_cache_dtype}</th>"
-                         for r in result.rows)
-
-        def cells(fn: Any) -> str:
-            return "".join(f"<td align='right'>{fn(r)}</td>" for r in result.rows)
-
-        rows = [
-            ("KV bytes / token", cells(lambda r: f"{r.kv_bytes_per_token:,}")),
-            ("KV per sequence", cells(lambda r: f"{r.kv_bytes_per_sequence / GIB:.2f} GiB")),
-            ("KV capacity", cells(lambda r: f"{r.capacity_tokens:,} tokens")),
-            ("Sequences that fit", cells(lambda r: f"{r.max_concurrency:.1f}")),
-            ("Fits", cells(lambda r: "yes" if r.fits else "<b style='color:#b00020'>no</b>")),
-            ("Floor ms/token", cells(lambda r: f"{r.floor_ms_per_token:.1f}" if r.floor_ms_per_token else "–")),
-        ]
-        body = "".join(f"<tr><td>{name}</td>{values}</tr>" for name, values in rows)
-        weights = f"{result.weight_bytes / GIB:.2f} GiB{' (estimated)' if result.weights_estimated else ''}"
-        note = f"<br><i>{result.shape.note}</i>" if result.shape.note else ""
-        note += vram_note
-        if scales := fp8_scales_text(engine["kv_cache_dtype"], folder):
-            note += f"<br>KV cache: {scales}"
-        self.planner_view.setHtml(
-            f"<table cellspacing=6><tr><th></th>{header}</tr>{body}</table>"
-            f"<small>Weights {weights}. {result.assumption}{note}</small>")
 
     # ---- buttons -------------------------------------------------------------------------------
 

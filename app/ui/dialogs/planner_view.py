@@ -1,0 +1,74 @@
+"""The settings dialog's "What fits" table: the planner's verdict per KV dtype, before anything loads."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtWidgets import QTextBrowser
+
+from app.core.measure.fp8_scales import fp8_scales_text
+from app.core.models.embedded_model import embedded_model_dir
+from app.core.models.model_folder import folder_problem
+from app.core.models.planner import GIB, Plan, PlannerError, bandwidth_for, plan_for_folder, utilization_for_free_vram
+from app.engine.machine.capability import HardwareProbe
+from app.engine.machine.gpu_start import held_by_others
+
+
+class PlannerView(QTextBrowser):
+    """Shows the last plan; ``plan`` keeps it for the dialog and the tests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("PlannerView")
+        self.setMinimumHeight(170)
+        self.plan: Plan | None = None
+
+    def show_plan(self, engine: dict[str, Any], probe: HardwareProbe) -> None:
+        folder = Path(engine["model"]).expanduser() if engine["model"] else embedded_model_dir()
+        if folder_problem(folder) is not None:
+            self.setHtml("<i>The planner needs a local model folder; a hub model is planned "
+                                      "once it has been downloaded.</i>")
+            return
+        dtypes = ("auto", "fp8_e4m3", "fp8_e5m2")
+        vram_note = ""
+        try:
+            if probe.engine_kind == "cuda" and probe.gpus:
+                gpu = probe.gpus[0]
+                share = utilization_for_free_vram(engine["gpu_memory_utilization"], gpu.vram_free_bytes,
+                                                  gpu.vram_total_bytes)  # what a start now would get
+                result = plan_for_folder(folder, max_model_len=engine["max_model_len"], kv_dtypes=dtypes,
+                                         vram_total_bytes=gpu.vram_total_bytes, gpu_memory_utilization=share,
+                                         bandwidth_gbps=bandwidth_for(gpu.name))
+                vram_note = f"<br>VRAM now{held_by_others(gpu)}." if held_by_others(gpu) else ""
+            else:
+                result = plan_for_folder(folder, max_model_len=engine["max_model_len"], kv_dtypes=dtypes,
+                                         cpu_kv_pool_bytes=int(engine["cpu_kv_cache_gib"] * GIB))
+        except (PlannerError, OSError, ValueError) as exc:
+            self.setHtml(f"<b>Can't plan this model:</b> {html.escape(str(exc))}")
+            return
+        self.plan = result
+        header = "".join(f"<th>{'bf16 (auto)' if r.kv_cache_dtype == 'auto' else r.kv_cache_dtype}</th>"
+                         for r in result.rows)
+
+        def cells(fn: Any) -> str:
+            return "".join(f"<td align='right'>{fn(r)}</td>" for r in result.rows)
+
+        rows = [
+            ("KV bytes / token", cells(lambda r: f"{r.kv_bytes_per_token:,}")),
+            ("KV per sequence", cells(lambda r: f"{r.kv_bytes_per_sequence / GIB:.2f} GiB")),
+            ("KV capacity", cells(lambda r: f"{r.capacity_tokens:,} tokens")),
+            ("Sequences that fit", cells(lambda r: f"{r.max_concurrency:.1f}")),
+            ("Fits", cells(lambda r: "yes" if r.fits else "<b style='color:#b00020'>no</b>")),
+            ("Floor ms/token", cells(lambda r: f"{r.floor_ms_per_token:.1f}" if r.floor_ms_per_token else "–")),
+        ]
+        body = "".join(f"<tr><td>{name}</td>{values}</tr>" for name, values in rows)
+        weights = f"{result.weight_bytes / GIB:.2f} GiB{' (estimated)' if result.weights_estimated else ''}"
+        note = f"<br><i>{html.escape(result.shape.note)}</i>" if result.shape.note else ""
+        note += vram_note
+        if scales := fp8_scales_text(engine["kv_cache_dtype"], folder):
+            note += f"<br>KV cache: {html.escape(scales)}"
+        self.setHtml(
+            f"<table cellspacing=6><tr><th></th>{header}</tr>{body}</table>"
+            f"<small>Weights {weights}. {result.assumption}{note}</small>")
