@@ -1,1 +1,3 @@
-"""The Qt desktop UI. Only this package imports Qt."""
+"""The Qt desktop; only this package imports Qt. At the top: app_main (start-up), MainWindow and its menus.
+controllers/ holds the Qt objects without widgets (the bridge, the engine controller, the chat session),
+chat/ the chat's widgets, dialogs/ the dialogs and their tabs."""
