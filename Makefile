@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 export PYTHON VENV
 
-.PHONY: run test test-fast setup setup-test model bench screenshot clean install-desktop uninstall-desktop
+.PHONY: run test test-fast setup setup-test system-run system-test model bench screenshot clean install-desktop uninstall-desktop
 
 # Re-run the set-up when the dependency list changes.
 $(VENV)/.setup-app: pyproject.toml packaging/setup_venv.sh
@@ -16,13 +16,21 @@ $(VENV)/.setup-test: pyproject.toml packaging/setup_venv.sh
 	@touch $@ $(VENV)/.setup-app
 
 setup: $(VENV)/.setup-app model
-setup-test: $(VENV)/.setup-test model
+setup-test: system-test $(VENV)/.setup-test model
+
+# The Debian/Ubuntu packages: Qt's platform libraries for `make run`, those plus the tests' desktop tools
+# (Xvfb, openbox, wmctrl, xdotool, rsync, ...) for `make test`. Installed as root or with `sudo -n`; otherwise
+# the script stops and names the command to run. The list is in the script.
+system-run:
+	packaging/linux/system_packages.sh run
+system-test:
+	packaging/linux/system_packages.sh test
 
 # Convert the embedded SmolLM2-135M once (idempotent: a manifest marks a finished folder).
 model: $(VENV)/.setup-app
 	$(PY) -m app.core.models.embedded_model
 
-run: setup
+run: system-run setup
 	$(PY) -m app
 
 # The fast tests on TEST_WORKERS processes (pytest-xdist), then the real-engine tests on REAL_WORKERS, a test

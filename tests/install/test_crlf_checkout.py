@@ -9,6 +9,7 @@ venv python that records what it was asked to install instead of installing it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,6 +123,8 @@ def old_clone_then_pull(into: Path) -> Path:
     return into
 
 
+@pytest.mark.skipif(not shutil.which("rsync"), reason="rsync is not installed (make test installs it: "
+                    "packaging/linux/system_packages.sh)")
 def test_an_old_windows_clone_updated_by_git_pull_sets_up_after_the_installers_copy(tmp_path: Path) -> None:
     """Issue 25's bug 1, made for real: an old clone, fast-forwarded, still has CRLF in the files that didn't
     change, and `make setup` fails. inside_wsl.sh's copy (what install.ps1 runs) must leave a tree that sets up;

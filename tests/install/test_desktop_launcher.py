@@ -58,7 +58,7 @@ def test_install_writes_a_valid_launcher_and_icon_and_uninstall_removes_them() -
     validator = shutil.which("desktop-file-validate")
     if validator is None:
         if os.environ.get("CI"):
-            pytest.fail("CI must install desktop-file-utils (.ci/run does)")
+            pytest.fail("CI must install desktop-file-utils (make test does: packaging/linux/system_packages.sh)")
         pytest.skip("desktop-file-validate is not installed (apt install desktop-file-utils)")
     check = subprocess.run([validator, str(launcher())], capture_output=True, text=True, timeout=30)
     assert check.returncode == 0 and "error" not in check.stdout + check.stderr, check.stdout + check.stderr

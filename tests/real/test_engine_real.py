@@ -12,8 +12,8 @@ from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import AnswerDelta, EngineEvent, Finished, Metrics, ThinkingDelta
 from app.engine.local.host import EngineHost
-from app.engine.machine import capability
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
+from tests.support.cpu_fp8 import cpu_fp8_kv_missing
 
 pytestmark = pytest.mark.real_engine
 QUESTION = [{"role": "user", "content": "What is 12 times 7? Explain briefly."}]
@@ -114,7 +114,7 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
     model = str(require_embedded_model())
     before = child_pids()
     host = EngineHost()
-    fp8_reason = capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware())
+    fp8_reason = cpu_fp8_kv_missing()  # torch's check, as vLLM's: a capability bug must fail here, not skip
     try:
         fp8 = EngineConfig(model=model, kv_cache_dtype="fp8_e4m3", max_model_len=2048)
         if fp8_reason:

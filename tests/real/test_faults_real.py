@@ -162,7 +162,7 @@ def _wait_for(condition, timeout: float, what: str) -> None:
 def xvfb_display(tmp_path: Path) -> Iterator[str]:
     if not (shutil.which("Xvfb") and shutil.which("xdotool")):
         if os.environ.get("CI"):
-            pytest.fail("CI must install xvfb and xdotool (.ci/run does)")
+            pytest.fail("CI must install xvfb and xdotool (make test does: packaging/linux/system_packages.sh)")
         pytest.skip("needs Xvfb and xdotool (apt install xvfb xdotool)")
     with x_server(tmp_path / "xvfb.log") as display:
         yield display

@@ -52,7 +52,7 @@ def desktop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Xvfb and openbox, shared by every case here."""
     if not all(shutil.which(tool) for tool in ("Xvfb", "openbox", "wmctrl")):
         if os.environ.get("CI"):
-            pytest.fail("CI must install xvfb, openbox and wmctrl (.ci/run does)")
+            pytest.fail("CI must install xvfb, openbox and wmctrl (make test does: packaging/linux/system_packages.sh)")
         pytest.skip("needs Xvfb, openbox and wmctrl (apt install xvfb openbox wmctrl)")
     with x_server(tmp_path_factory.mktemp("xvfb") / "xvfb.log", window_manager=True) as display:
         yield display

