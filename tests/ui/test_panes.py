@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from app.ui.chat.panes import MAX_DISPLAY_BLOCK, AnswerPane, ThinkingPane
 
 MARKDOWN = (
