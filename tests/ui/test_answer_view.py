@@ -54,9 +54,9 @@ def test_a_streamed_maths_answer_renders_formulas_code_and_a_table(qtbot, tmp_pa
     stream(pane, ANSWER)
     pane.finish()
     document = pane.view.document()
+    qtbot.waitUntil(lambda: not pane.document.drawing and len(images_in(document)) == 6, timeout=60_000)
     sources = [r"u = x", r"dv = e^x\,dx", r"\det A = -2", r"\boxed{1}"]
-    names = images_in(document)
-    assert len(names) == 6, names  # four inline formulas, two displayed
+    names = images_in(document)  # four inline formulas, two displayed
     for name in names:
         image = document.resource(QTextDocument.ResourceType.ImageResource, QUrl(name))
         assert isinstance(image, QImage) and not image.isNull() and image.width() > 4, name
@@ -84,16 +84,19 @@ def test_a_half_streamed_formula_shows_as_its_source_until_it_closes(qtbot) -> N
     assert "$$\\frac{1}{2} + \\sqrt{" in pane.view.toPlainText()
     assert images_in(pane.view.document()) == []
     stream(pane, "x}$$ and done.")
-    assert "\\frac" not in pane.view.toPlainText() and len(images_in(pane.view.document())) == 1
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    assert "\\frac" not in pane.view.toPlainText()
 
 
 def test_a_formula_ziamath_cannot_draw_shows_its_source(qtbot) -> None:
     """Bug caught: a formula outside the renderer's coverage showed as a broken-image icon."""
     pane = AnswerPane()
     qtbot.addWidget(pane)
-    stream(pane, "Bad: $\\frac{1}{$ ok.")  # an unbalanced group: ziamath raises
+    stream(pane, "Bad: $\\frac{1}{$ and good: $x^2$.")  # an unbalanced group: ziamath raises
     pane.finish()
-    assert "\\frac{1}{" in pane.view.toPlainText() and images_in(pane.view.document()) == []
+    qtbot.waitUntil(lambda: not pane.document.drawing, timeout=60_000)
+    pane.render_markdown()
+    assert "\\frac{1}{" in pane.view.toPlainText() and len(images_in(pane.view.document())) == 1
 
 
 @pytest.fixture
@@ -160,3 +163,29 @@ def test_each_code_block_copies_its_own_code(qtbot) -> None:
     assert QGuiApplication.clipboard().text() == "plain two\n"
     pane.view.anchorClicked.emit(QUrl("nalar-copy:0"))
     assert QGuiApplication.clipboard().text() == "echo one\n"
+
+
+def test_formulas_are_drawn_off_the_gui_thread_and_shown_on_it(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: drawing formulas on the GUI thread stalled the window (one of SymPy's matrices took
+    seconds), and a result handed back on the worker thread touched the document from there."""
+    import threading
+
+    threads: dict[str, str] = {}
+    real_svg, real_on_drawn = answer_view.formula_svg, answer_view.AnswerDocument._on_drawn
+
+    def svg(formula: Formula, pixels: int = answer_view.MATH_PIXELS) -> bytes | None:
+        threads["drawn on"] = threading.current_thread().name
+        return real_svg(formula, pixels)
+
+    def on_drawn(self, key: str, data: bytes | None) -> None:
+        threads["shown on"] = threading.current_thread().name
+        real_on_drawn(self, key, data)
+
+    monkeypatch.setattr(answer_view, "formula_svg", svg)
+    monkeypatch.setattr(answer_view.AnswerDocument, "_on_drawn", on_drawn)
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    stream(pane, "A new one: $y = \\sqrt[3]{z}$.")
+    pane.finish()
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    assert threads["drawn on"].startswith("nalar-maths") and threads["shown on"] == threading.main_thread().name

@@ -2,17 +2,22 @@
 where that is safe.
 
 Formulas are drawn by ziamath (LaTeX → MathML → SVG in pure Python; docs/BENCHMARKS.md has its coverage on
-an outside corpus), then by QtSvg into an image the document holds as a resource. A formula ziamath can't
-draw shows as its source. Links open only for http and https, and only after the window has shown the real
-address when the link's text says another; any other scheme is refused with its address shown.
+an outside corpus) on a worker thread, then by QtSvg into an image the document holds as a resource. A
+formula shows as its source until it is drawn, and stays so where ziamath can't draw it.
+
+Links open only for http and https, and only after the window has shown the real address when the link's
+text says another; any other scheme is refused with its address shown.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-from PySide6.QtCore import QByteArray, Qt, QUrl
+from PySide6.QtCore import QByteArray, QObject, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication, QImage, QPainter, QTextCursor, QTextDocument
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QMessageBox, QTextBrowser
@@ -33,17 +38,20 @@ MATH_PIXELS = 17  # the formula's font size, near the pane's text
 _IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
 
 
-def formula_image(formula: Formula, pixels: int = MATH_PIXELS) -> QImage | None:
-    """The formula drawn, or None where ziamath can't parse it."""
+def formula_svg(formula: Formula, pixels: int = MATH_PIXELS) -> bytes | None:
+    """The formula as SVG, or None where ziamath can't parse it. Pure Python: runs off the GUI thread."""
     import ziamath  # a second's import: only once the first formula shows up
 
     ziamath.config.svg2 = False  # QtSvg draws SVG Tiny: plain paths, not <symbol> and <use href>
     try:
-        svg = ziamath.Latex(formula.source, size=pixels + (3 if formula.display else 0)).svg()
+        return ziamath.Latex(formula.source, size=pixels + (3 if formula.display else 0)).svg().encode()
     except Exception as exc:  # noqa: BLE001 - ziamath raises many kinds on input it doesn't cover
         log.info("formula shown as source (%s: %s): %.80s", type(exc).__name__, exc, formula.source)
         return None
-    renderer = QSvgRenderer(QByteArray(svg.encode()))
+
+
+def svg_image(svg: bytes) -> QImage | None:
+    renderer = QSvgRenderer(QByteArray(svg))
     size = renderer.defaultSize()
     if not renderer.isValid() or size.isEmpty():
         return None
@@ -53,6 +61,39 @@ def formula_image(formula: Formula, pixels: int = MATH_PIXELS) -> QImage | None:
     renderer.render(painter)
     painter.end()
     return image
+
+
+class FormulaDrawer(QObject):
+    """Draws formulas on one worker thread, so a slow one (seconds, for a large matrix) never stalls the
+    window; ``drawn`` brings each result back to the GUI thread."""
+
+    drawn = Signal(str, object)  # formula key, SVG bytes or None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nalar-maths")
+        # At exit, formulas not yet drawn are dropped, not drawn for a window that is gone.
+        atexit.register(self._worker.shutdown, wait=False, cancel_futures=True)
+
+    def request(self, formula: Formula) -> None:
+        self._worker.submit(self._draw, formula)
+
+    def _draw(self, formula: Formula) -> None:
+        svg = formula_svg(formula)
+        try:
+            self.drawn.emit(formula.key, svg)
+        except RuntimeError:  # the drawer was deleted with the application
+            log.debug("formula drawn after the window closed: dropped")
+
+
+_DRAWER: FormulaDrawer | None = None
+
+
+def formula_drawer() -> FormulaDrawer:
+    global _DRAWER
+    if _DRAWER is None:
+        _DRAWER = FormulaDrawer()
+    return _DRAWER
 
 
 def link_refusal(link: Link) -> str | None:
@@ -72,33 +113,53 @@ def link_text_differs(link: Link) -> bool:
 
 
 class AnswerDocument:
-    """The rendered answer in one QTextBrowser, and what its numbered links, code and formulas refer to."""
+    """The rendered answer in one QTextBrowser, and what its numbered links, code and formulas refer to.
 
-    def __init__(self, view: QTextBrowser) -> None:
+    A formula shows as its source until its image is drawn; then ``redraw`` (the owner's) renders again.
+    """
+
+    def __init__(self, view: QTextBrowser, redraw: Callable[[], None]) -> None:
         self.view = view
+        self.redraw = redraw
         self.collected = Collected()
-        self._drawn: dict[str, bool] = {}  # formula key → drawn (else shown as source)
+        self._images: dict[str, QImage | None] = {}  # formula key → its image, or None: shown as source
+        self._waiting: set[str] = set()
         view.setOpenLinks(False)
         view.setOpenExternalLinks(False)
         view.anchorClicked.connect(self.on_anchor)
+        # Queued: the result comes from the worker thread, and the document may be touched on the GUI thread only.
+        formula_drawer().drawn.connect(self._on_drawn, Qt.ConnectionType.QueuedConnection)
 
     def clear(self) -> None:
         self.collected = Collected()
 
     def html(self, markdown: str, streaming: bool = False) -> str:
-        """``markdown`` as HTML for this view, its formulas' images added to the document first."""
+        """``markdown`` as HTML for this view; the images of its drawn formulas are added to the document."""
         first = len(self.collected.formulas)
         rendered = answer_html(markdown, self.collected, streaming)
         document = self.view.document()
         for formula in self.collected.formulas[first:]:
-            if formula.key not in self._drawn:
-                image = formula_image(formula)
-                self._drawn[formula.key] = image is not None
-                if image is not None:
-                    document.addResource(QTextDocument.ResourceType.ImageResource,
-                                         QUrl(f"{MATH_SCHEME}:{formula.key}"), image)
-        return _IMAGE.sub(lambda m: m.group(0) if self._drawn.get(m.group(1)) else
-                          f'<code>{m.group(2)}</code>', rendered)
+            image = self._images.get(formula.key)
+            if image is not None:
+                document.addResource(QTextDocument.ResourceType.ImageResource,
+                                     QUrl(f"{MATH_SCHEME}:{formula.key}"), image)
+            elif formula.key not in self._images and formula.key not in self._waiting:
+                self._waiting.add(formula.key)
+                formula_drawer().request(formula)
+        return _IMAGE.sub(lambda m: m.group(0) if self._images.get(m.group(1)) is not None else
+                          f'<code style="color: #57606a">{m.group(2)}</code>', rendered)
+
+    def _on_drawn(self, key: str, svg: bytes | None) -> None:
+        if key in self._waiting:
+            self._waiting.discard(key)
+            self._images[key] = svg_image(svg) if svg else None
+            if self._images[key] is not None:
+                self.redraw()
+
+    @property
+    def drawing(self) -> bool:
+        """Formulas of this document still being drawn."""
+        return bool(self._waiting)
 
     def insert(self, cursor: QTextCursor, markdown: str, streaming: bool = False) -> None:
         html = self.html(markdown, streaming)

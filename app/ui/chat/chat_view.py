@@ -32,7 +32,8 @@ class ChatView(QWidget):
         super().__init__(parent)
         self.transcript = QTextBrowser()
         self.transcript.setObjectName("Transcript")
-        self.transcript_document = AnswerDocument(self.transcript)  # the thread's answers, maths and links too
+        self.transcript_document = AnswerDocument(self.transcript, self._redraw_thread)  # answers, maths, links
+        self._conversation: Conversation | None = None
         self._shown: tuple[str, int] | None = None  # (conversation id, turns) the transcript shows
         self.thinking_pane = ThinkingPane()
         self.answer_pane = AnswerPane()
@@ -75,6 +76,7 @@ class ChatView(QWidget):
         the whole thread again cost 85 ms for 30 turns of 500-word answers, and grew with the thread.
         """
         turns = conversation.turns
+        self._conversation = conversation
         if len(turns) >= 2 and self._shown == (conversation.id, len(turns) - 1):
             cursor = QTextCursor(self.transcript.document())
             cursor.movePosition(QTextCursor.MoveOperation.End)
@@ -95,6 +97,12 @@ class ChatView(QWidget):
         needed = int(self.transcript.document().size().height()) + 2 * self.transcript.frameWidth() + 4
         top = max(40, min(needed, int(total * 0.4)))
         self.thread_split.setSizes([top, total - top])
+
+    def _redraw_thread(self) -> None:
+        """A formula in the thread was drawn: the thread again, whole."""
+        if self._conversation is not None:
+            self._shown = None
+            self.render_thread(self._conversation)
 
     def set_backend(self, backend: str) -> None:
         self.answer_pane.header.setText(f"Answer · via {backend}" if backend else "Answer")

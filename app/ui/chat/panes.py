@@ -182,7 +182,7 @@ class AnswerPane(QFrame):
         self.view = QTextBrowser()
         self.view.setObjectName("AnswerText")
         self.view.setPlaceholderText("The answer streams here.")
-        self.document = AnswerDocument(self.view)  # links open only through its checks
+        self.document = AnswerDocument(self.view, self._redraw_all)  # links open only through its checks
         self._streaming = True  # the text may stop inside a formula
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -194,6 +194,7 @@ class AnswerPane(QFrame):
         self._tail_start = 0  # document position where the re-rendered tail begins
         self._dirty = False
         self._marks = self.document.collected.marks()  # what the committed text numbered
+        self._from_top = False  # render the committed part again too
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(MARKDOWN_REFRESH_MS)
         self._render_timer.timeout.connect(self.render_markdown)
@@ -243,6 +244,13 @@ class AnswerPane(QFrame):
                 stable = position  # a huge paragraph: commit at a line break
         return stable
 
+    def _redraw_all(self) -> None:
+        """A formula's image arrived: render the whole answer again, at the next refresh."""
+        self._from_top = True
+        self._dirty = True
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
     def finish(self) -> None:
         """The answer is whole: a formula left open is text, not one still streaming."""
         self._streaming = False
@@ -264,6 +272,10 @@ class AnswerPane(QFrame):
             return
         self._dirty = False
         text = self.text()
+        if self._from_top:  # a formula was drawn: the committed part shows its source
+            self._from_top = False
+            self._committed = self._tail_start = 0
+            self._marks = (0, 0, 0)
         bar = self.view.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = QTextCursor(self.view.document())
