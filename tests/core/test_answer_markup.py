@@ -69,3 +69,16 @@ def test_a_streamed_tail_numbers_anew_after_truncate() -> None:
         collected.truncate(marks)
         answer_html("[b](https://b.example) and ```x```", collected, streaming=True)
     assert [link.href for link in collected.links] == ["https://a.example", "https://b.example"]
+
+
+def test_export_writes_every_formula_as_markdown_maths() -> None:
+    """Bug caught: an exported answer kept \\(…\\) and \\[…\\], which Markdown readers show as plain
+    parentheses once their backslash is read as an escape."""
+    from app.core.chat.conversation import Conversation, Turn
+    from app.core.chat.history import export_markdown
+
+    answer = "So \\(x\\,y\\) and\n\\[\\begin{pmatrix}1 \\\\ 2\\end{pmatrix}\\]\nwhile `\\(code\\)` stays, and $5 too."
+    exported = export_markdown(Conversation(title="t", turns=[Turn(user="q", answer=answer)]))
+    assert "So $x\\,y$ and" in exported
+    assert "$$\\begin{pmatrix}1 \\\\ 2\\end{pmatrix}$$" in exported
+    assert "`\\(code\\)` stays, and $5 too." in exported

@@ -77,7 +77,7 @@ def _find_close(text: str, start: int, closer: str) -> int:
     return -1
 
 
-def cut_maths(text: str, collected: Collected, streaming: bool = False) -> tuple[str, str]:
+def cut_maths(text: str, collected: Collected, streaming: bool = False, for_markdown: bool = True) -> tuple[str, str]:
     """The text with each formula replaced by a placeholder, and, while ``streaming``, the unfinished rest from
     a formula that opens but does not close yet (shown as source until it does). Code is left alone."""
     out: list[str] = []
@@ -122,7 +122,8 @@ def cut_maths(text: str, collected: Collected, streaming: bool = False) -> tuple
         if close == -1:
             if streaming and (opener != "$" or "$" not in text[i + 1:]):
                 return "".join(out), text[i:]
-            out.append("\\" + opener if opener.startswith("\\") else "\\$" * len(opener))  # never closes: text
+            # Never closes: text. Markdown would read \( as an escaped "(", so the backslash is doubled for it.
+            out.append("\\" + opener if opener.startswith("\\") and for_markdown else opener)
             i += len(opener)
             continue
         collected.formulas.append(Formula(text[i + len(opener):close].strip(), display))
@@ -199,3 +200,15 @@ def answer_html(text: str, collected: Collected, streaming: bool = False) -> str
     if unfinished:  # a formula still streaming: its source, exactly as written
         rendered += f'<p style="color: #57606a">{html.escape(unfinished).replace(chr(10), "<br>")}</p>'
     return rendered
+
+
+def dollar_maths(text: str) -> str:
+    """``text`` with every formula written as Markdown maths (``$…$``, ``$$…$$``), the form GitHub, Obsidian
+    and Jupyter read; ``\\(…\\)`` and ``\\[…\\]`` are not. The LaTeX itself is unchanged."""
+    collected = Collected()
+    body, unfinished = cut_maths(text, collected, for_markdown=False)
+
+    def written(match: re.Match[str]) -> str:
+        formula = collected.formulas[int(match.group(1))]
+        return f"$${formula.source}$$" if formula.display else f"${formula.source}$"
+    return _PLACEHOLDER.sub(written, body) + unfinished
