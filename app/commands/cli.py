@@ -44,10 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "depth, KV capacity, bandwidth floor), saved as JSON and PNG in the data dir. "
                     "saturation: how many chats of what length fit; engine|ui|startup|trim|all: the developer "
                     "benchmarks.")
-    bench.add_argument("what", nargs="?", choices=["saturation", "engine", "ui", "startup", "trim", "memory", "all"],
+    bench.add_argument("what", nargs="?",
+                       choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
-                            "tok/s ceiling; engine|ui|startup|trim|all: developer benchmarks")
+                            "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; "
+                            "engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
     bench.add_argument("--json", action="store_true", help="print results as JSON")
@@ -159,6 +161,10 @@ def run_command(args: argparse.Namespace) -> int:
             kv_pool_mib=args.kv_pool_mib, target_ms=args.target_ms, target_x=args.target_x,
             kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json, progress_jsonl=args.progress_jsonl,
             model=args.model, max_model_len=args.max_model_len, keep_series=args.keep_series)
+    if args.command == "bench" and args.what == "maths":
+        from app.commands.bench_maths import run_maths_bench
+
+        return run_maths_bench(as_json=args.json)
     if args.command == "bench":
         from app.commands.bench import run_bench
 

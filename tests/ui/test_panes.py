@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PySide6.QtWidgets import QTextBrowser
 
 from app.ui.chat.panes import MAX_DISPLAY_BLOCK, AnswerPane, ThinkingPane
 
@@ -19,9 +18,11 @@ MARKDOWN = (
 
 
 def whole_render(text: str) -> str:
-    browser = QTextBrowser()
-    browser.setMarkdown(text)
-    return browser.toPlainText()
+    """The same renderer given the whole text at once."""
+    pane = AnswerPane()
+    pane.append(text)
+    pane.finish()
+    return pane.view.toPlainText()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

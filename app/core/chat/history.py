@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.conversation import Conversation, ToolRound, Turn
 from app.core.settings import paths
 
@@ -240,7 +241,7 @@ def export_markdown(conversation: Conversation) -> str:
         if turn.thinking:
             lines += ["<details><summary>Thinking</summary>", "", turn.thinking.strip(), "", "</details>", ""]
         note = "" if turn.finish_reason in (None, "stop") else f" ({turn.finish_reason})"
-        lines += [f"## Nalar{note}", "", turn.answer, ""]
+        lines += [f"## Nalar{note}", "", dollar_maths(turn.answer), ""]
     return "\n".join(lines)
 
 

@@ -14,6 +14,7 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.chat.conversation import Conversation, ToolRound, Turn
+from app.ui.chat.answer_view import AnswerDocument
 from app.ui.chat.panes import AnswerPane, ThinkingPane
 from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
 
@@ -31,7 +32,8 @@ class ChatView(QWidget):
         super().__init__(parent)
         self.transcript = QTextBrowser()
         self.transcript.setObjectName("Transcript")
-        self.transcript.setOpenExternalLinks(True)
+        self.transcript_document = AnswerDocument(self.transcript, self._redraw_thread)  # answers, maths, links
+        self._conversation: Conversation | None = None
         self._shown: tuple[str, int] | None = None  # (conversation id, turns) the transcript shows
         self.thinking_pane = ThinkingPane()
         self.answer_pane = AnswerPane()
@@ -63,7 +65,7 @@ class ChatView(QWidget):
                 self.tool_panel.show_rounds(last.tool_rounds)
             self.thinking_pane.set_tokens(last.thinking_tokens)
             self.answer_pane.append(last.answer)
-            self.answer_pane.render_markdown()
+            self.answer_pane.finish()
             self.set_backend(last.backend)
             self.thinking_pane.set_folded(bool(last.answer))
 
@@ -74,13 +76,15 @@ class ChatView(QWidget):
         the whole thread again cost 85 ms for 30 turns of 500-word answers, and grew with the thread.
         """
         turns = conversation.turns
+        self._conversation = conversation
         if len(turns) >= 2 and self._shown == (conversation.id, len(turns) - 1):
             cursor = QTextCursor(self.transcript.document())
             cursor.movePosition(QTextCursor.MoveOperation.End)
             cursor.insertBlock()  # as setHtml ends a table: the reply starts below it
-            cursor.insertHtml(_reply(turns[-2]) + _question(turns[-1]))
+            cursor.insertHtml(_reply(turns[-2], self.transcript_document) + _question(turns[-1]))
         else:
-            parts = [_question(turn) + _reply(turn) for turn in turns[:-1]]
+            self.transcript_document.clear()
+            parts = [_question(turn) + _reply(turn, self.transcript_document) for turn in turns[:-1]]
             if turns:
                 parts.append(_question(turns[-1]))
             self.transcript.setHtml("".join(parts))
@@ -93,6 +97,12 @@ class ChatView(QWidget):
         needed = int(self.transcript.document().size().height()) + 2 * self.transcript.frameWidth() + 4
         top = max(40, min(needed, int(total * 0.4)))
         self.thread_split.setSizes([top, total - top])
+
+    def _redraw_thread(self) -> None:
+        """A formula in the thread was drawn: the thread again, whole."""
+        if self._conversation is not None:
+            self._shown = None
+            self.render_thread(self._conversation)
 
     def set_backend(self, backend: str) -> None:
         self.answer_pane.header.setText(f"Answer · via {backend}" if backend else "Answer")
@@ -122,7 +132,7 @@ class ChatView(QWidget):
 
     def finish_reply(self) -> None:
         self.thinking_pane.end()
-        self.answer_pane.render_markdown()
+        self.answer_pane.finish()
 
     def on_thinking_folded(self, folded: bool) -> None:
         """Folded, the trace is its one-line header above the answer; unfolded, it shares the height."""
@@ -161,8 +171,8 @@ def _tool_calls(turn: Turn) -> str:
     return (f'<p style="color: #5b4d23"><small>{"<br>".join(lines)}</small></p>') if lines else ""
 
 
-def _reply(turn: Turn) -> str:
-    note = "" if turn.finish_reason in (None, "stop") else f" <i>({turn.finish_reason})</i>"
+def _reply(turn: Turn, document: AnswerDocument) -> str:
+    note = "" if turn.finish_reason in (None, "stop") else f" <i>({html.escape(turn.finish_reason)})</i>"
     if turn.backend:
         note = f" <small>via {html.escape(turn.backend)}</small>{note}"
-    return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}<br>{_text(turn.answer)}</p>"
+    return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}</p>{document.html(turn.answer)}"

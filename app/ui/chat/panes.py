@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.engine.errors import EngineFailure, FailureKind
+from app.ui.chat.answer_view import AnswerDocument
 
 MARKDOWN_REFRESH_MS = 100
 # Qt re-lays out a whole block on every insert; a trace with no newlines would make that O(n²).
@@ -167,7 +168,7 @@ class ThinkingPane(QFrame):
 
 
 class AnswerPane(QFrame):
-    """The answer, rendered as Markdown (code blocks included) at a bounded refresh rate.
+    """The answer, rendered as Markdown with its maths and code (answer_view) at a bounded refresh rate.
 
     Finished paragraphs are rendered once and kept; only the paragraph still streaming is
     re-rendered, so the cost of a refresh does not grow with the length of the answer.
@@ -180,8 +181,9 @@ class AnswerPane(QFrame):
         self.header = QLabel("Answer")
         self.view = QTextBrowser()
         self.view.setObjectName("AnswerText")
-        self.view.setOpenExternalLinks(True)
         self.view.setPlaceholderText("The answer streams here.")
+        self.document = AnswerDocument(self.view, self._redraw_all)  # links open only through its checks
+        self._streaming = True  # the text may stop inside a formula
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self.header)
@@ -191,6 +193,8 @@ class AnswerPane(QFrame):
         self._committed = 0  # characters of the text rendered for good
         self._tail_start = 0  # document position where the re-rendered tail begins
         self._dirty = False
+        self._marks = self.document.collected.marks()  # what the committed text numbered
+        self._from_top = False  # render the committed part again too
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(MARKDOWN_REFRESH_MS)
         self._render_timer.timeout.connect(self.render_markdown)
@@ -200,7 +204,10 @@ class AnswerPane(QFrame):
         self._joined = ""
         self._committed = self._tail_start = 0
         self._dirty = False
+        self._streaming = True
         self.view.clear()
+        self.document.clear()
+        self._marks = self.document.collected.marks()
 
     def append(self, text: str) -> None:
         self._text.append(text)
@@ -237,13 +244,26 @@ class AnswerPane(QFrame):
                 stable = position  # a huge paragraph: commit at a line break
         return stable
 
-    def _insert_block(self, cursor: QTextCursor, markdown: str) -> None:
+    def _redraw_all(self) -> None:
+        """A formula's image arrived: render the whole answer again, at the next refresh."""
+        self._from_top = True
+        self._dirty = True
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def finish(self) -> None:
+        """The answer is whole: a formula left open is text, not one still streaming."""
+        self._streaming = False
+        self._dirty = True
+        self.render_markdown()
+
+    def _insert_block(self, cursor: QTextCursor, markdown: str, streaming: bool) -> None:
         """Markdown in a fresh block: a fragment's first block would merge into the one before."""
         if cursor.position() > 0:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             if cursor.currentList() is not None:
                 cursor.currentList().remove(cursor.block())
-        cursor.insertMarkdown(markdown)
+        self.document.insert(cursor, markdown, streaming)
         cursor.movePosition(QTextCursor.MoveOperation.End)
 
     def render_markdown(self) -> None:
@@ -252,19 +272,25 @@ class AnswerPane(QFrame):
             return
         self._dirty = False
         text = self.text()
+        if self._from_top:  # a formula was drawn: the committed part shows its source
+            self._from_top = False
+            self._committed = self._tail_start = 0
+            self._marks = (0, 0, 0)
         bar = self.view.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = QTextCursor(self.view.document())
         cursor.setPosition(self._tail_start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
+        self.document.collected.truncate(self._marks)  # the tail numbers its links and code anew
         stable = self._stable_end(text, self._committed)
         if stable > self._committed:
-            self._insert_block(cursor, text[self._committed:stable])
+            self._insert_block(cursor, text[self._committed:stable], streaming=False)
             self._committed = stable
             self._tail_start = cursor.position()
+            self._marks = self.document.collected.marks()
         if text[self._committed:]:
-            self._insert_block(cursor, text[self._committed:])
+            self._insert_block(cursor, text[self._committed:], streaming=self._streaming)
         if at_bottom:
             bar.setValue(bar.maximum())
 

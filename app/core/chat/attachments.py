@@ -1,0 +1,90 @@
+"""Files in a question: what the model reads of each (its text, never a path), or why a file can't be read.
+
+A turn keeps the text itself, so a reload, a branch or an export sees what the model saw, even once the
+file has moved or changed. PDFs are read with pypdf; a PDF without a text layer (a scan) is refused.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_FILE_BYTES = 32 * 1024 * 1024  # larger files are never read whole into the window
+SNIFF_BYTES = 8192
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+@dataclass(frozen=True)
+class Attachment:
+    name: str  # the file's name, as the model and the reader see it
+    size_bytes: int
+    text: str  # what the model reads
+    kind: str  # "text" or "pdf"
+    pages: int = 0  # a PDF's pages
+
+
+class AttachmentError(ValueError):
+    """A file the model can't read, with the cause and what to do."""
+
+    def __init__(self, name: str, problem: str, fix: str) -> None:
+        super().__init__(f"{name}: {problem}")
+        self.name, self.problem, self.fix = name, problem, fix
+
+
+def _decoded(name: str, data: bytes) -> str:
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            return data.decode(encoding)
+    if b"\x00" in data[:SNIFF_BYTES]:
+        raise AttachmentError(name, "this is a binary file, not text",
+                              "Attach text, code, Markdown, CSV or PDF files; for an image, use a vision model.")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AttachmentError(name, f"this is not UTF-8 text (byte {exc.start} can't be decoded)",
+                              "Save it as UTF-8 and attach it again.") from exc
+
+
+def _pdf_text(name: str, path: Path) -> tuple[str, int]:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(path)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise AttachmentError(name, "this PDF is password-protected", "Save an unprotected copy and attach that.")
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except (PdfReadError, ValueError, KeyError, OSError) as exc:
+        raise AttachmentError(name, f"this PDF can't be read ({exc})", "Open and save it again, or attach its text.") \
+            from exc
+    if not any(page.strip() for page in pages):
+        raise AttachmentError(name, f"this PDF has no text layer ({len(pages)} page(s) of images: a scan?)",
+                              "Run it through OCR first, or attach a PDF with selectable text.")
+    return "\n\n".join(f"[page {number}]\n{page.strip()}" for number, page in enumerate(pages, 1) if page.strip()), \
+        len(pages)
+
+
+def read_attachment(path: Path) -> Attachment:
+    """The text of ``path`` for the model, or an AttachmentError naming why not."""
+    name = path.name
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise AttachmentError(name, f"the file is {size / 2**20:.0f} MiB, over the {MAX_FILE_BYTES >> 20} MiB "
+                                  "Nalar reads", "Attach the part that matters, or a shorter export of it.")
+        with path.open("rb") as file:
+            head = file.read(5)
+        if head == b"%PDF-":
+            text, pages = _pdf_text(name, path)
+            return Attachment(name, size, text, "pdf", pages)
+        return Attachment(name, size, _decoded(name, path.read_bytes()), "text")
+    except OSError as exc:
+        raise AttachmentError(name, f"the file can't be read ({exc.strerror or exc})",
+                              "Check that it exists and that you may read it.") from exc
+
+
+def question_with_files(question: str, attachments: list[Attachment]) -> str:
+    """The user turn the model reads: each file's text in a block named for it, then the question."""
+    blocks = [f'<file name="{a.name}">\n{a.text.rstrip()}\n</file>' for a in attachments]
+    return "\n\n".join([*blocks, question]) if blocks else question

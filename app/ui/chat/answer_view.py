@@ -1,0 +1,201 @@
+"""An answer shown in a QTextBrowser: formulas drawn as images, code copied per block, links opened only
+where that is safe.
+
+Formulas are drawn by ziamath (LaTeX → MathML → SVG in pure Python; docs/BENCHMARKS.md has its coverage on
+an outside corpus) on a worker thread, then by QtSvg into an image the document holds as a resource. A
+formula shows as its source until it is drawn, and stays so where ziamath can't draw it.
+
+Links open only for http and https, and only after the window has shown the real address when the link's
+text says another; any other scheme is refused with its address shown.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import re
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from PySide6.QtCore import QByteArray, QObject, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QImage, QPainter, QTextCursor, QTextDocument
+from PySide6.QtSvg import QSvgRenderer
+from PySide6.QtWidgets import QMessageBox, QTextBrowser
+
+from app.core.chat.answer_markup import (
+    COPY_SCHEME,
+    LINK_SCHEME,
+    MATH_SCHEME,
+    Collected,
+    Formula,
+    Link,
+    answer_html,
+)
+
+log = logging.getLogger(__name__)
+OPENABLE_SCHEMES = ("http", "https")
+MATH_PIXELS = 17  # the formula's font size, near the pane's text
+_IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
+
+
+def formula_svg(formula: Formula, pixels: int = MATH_PIXELS) -> bytes | None:
+    """The formula as SVG, or None where ziamath can't parse it. Pure Python: runs off the GUI thread."""
+    import ziamath  # a second's import: only once the first formula shows up
+
+    ziamath.config.svg2 = False  # QtSvg draws SVG Tiny: plain paths, not <symbol> and <use href>
+    try:
+        return ziamath.Latex(formula.source, size=pixels + (3 if formula.display else 0)).svg().encode()
+    except Exception as exc:  # noqa: BLE001 - ziamath raises many kinds on input it doesn't cover
+        log.info("formula shown as source (%s: %s): %.80s", type(exc).__name__, exc, formula.source)
+        return None
+
+
+def svg_image(svg: bytes) -> QImage | None:
+    renderer = QSvgRenderer(QByteArray(svg))
+    size = renderer.defaultSize()
+    if not renderer.isValid() or size.isEmpty():
+        return None
+    image = QImage(size, QImage.Format.Format_ARGB32_Premultiplied)
+    image.fill(0)
+    painter = QPainter(image)
+    renderer.render(painter)
+    painter.end()
+    return image
+
+
+class FormulaDrawer(QObject):
+    """Draws formulas on one worker thread, so a slow one (seconds, for a large matrix) never stalls the
+    window; ``drawn`` brings each result back to the GUI thread."""
+
+    drawn = Signal(str, object)  # formula key, SVG bytes or None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nalar-maths")
+        # At exit, formulas not yet drawn are dropped, not drawn for a window that is gone.
+        atexit.register(self._worker.shutdown, wait=False, cancel_futures=True)
+
+    def request(self, formula: Formula) -> None:
+        self._worker.submit(self._draw, formula)
+
+    def _draw(self, formula: Formula) -> None:
+        svg = formula_svg(formula)
+        try:
+            self.drawn.emit(formula.key, svg)
+        except RuntimeError:  # the drawer was deleted with the application
+            log.debug("formula drawn after the window closed: dropped")
+
+
+_DRAWER: FormulaDrawer | None = None
+
+
+def formula_drawer() -> FormulaDrawer:
+    global _DRAWER
+    if _DRAWER is None:
+        _DRAWER = FormulaDrawer()
+    return _DRAWER
+
+
+def link_refusal(link: Link) -> str | None:
+    """Why a link must not open, or None where it may (after the address is shown, if the text differs)."""
+    scheme = QUrl(link.href).scheme().lower()
+    if scheme not in OPENABLE_SCHEMES:
+        return (f"Nalar opens only http and https links. This one ({scheme or 'no'} scheme) was not opened:"
+                f"\n\n{link.href}")
+    return None
+
+
+def link_text_differs(link: Link) -> bool:
+    """The reader saw one address and the link goes to another (a link's text written as a URL)."""
+    def bare(text: str) -> str:
+        return text.strip().rstrip("/").lower()
+    return bare(link.text) != bare(link.href)
+
+
+class AnswerDocument:
+    """The rendered answer in one QTextBrowser, and what its numbered links, code and formulas refer to.
+
+    A formula shows as its source until its image is drawn; then ``redraw`` (the owner's) renders again.
+    """
+
+    def __init__(self, view: QTextBrowser, redraw: Callable[[], None]) -> None:
+        self.view = view
+        self.redraw = redraw
+        self.collected = Collected()
+        self._images: dict[str, QImage | None] = {}  # formula key → its image, or None: shown as source
+        self._waiting: set[str] = set()
+        view.setOpenLinks(False)
+        view.setOpenExternalLinks(False)
+        view.anchorClicked.connect(self.on_anchor)
+        # Queued: the result comes from the worker thread, and the document may be touched on the GUI thread only.
+        formula_drawer().drawn.connect(self._on_drawn, Qt.ConnectionType.QueuedConnection)
+
+    def clear(self) -> None:
+        self.collected = Collected()
+
+    def html(self, markdown: str, streaming: bool = False) -> str:
+        """``markdown`` as HTML for this view; the images of its drawn formulas are added to the document."""
+        first = len(self.collected.formulas)
+        rendered = answer_html(markdown, self.collected, streaming)
+        document = self.view.document()
+        for formula in self.collected.formulas[first:]:
+            image = self._images.get(formula.key)
+            if image is not None:
+                document.addResource(QTextDocument.ResourceType.ImageResource,
+                                     QUrl(f"{MATH_SCHEME}:{formula.key}"), image)
+            elif formula.key not in self._images and formula.key not in self._waiting:
+                self._waiting.add(formula.key)
+                formula_drawer().request(formula)
+        return _IMAGE.sub(lambda m: m.group(0) if self._images.get(m.group(1)) is not None else
+                          f'<code style="color: #57606a">{m.group(2)}</code>', rendered)
+
+    def _on_drawn(self, key: str, svg: bytes | None) -> None:
+        if key in self._waiting:
+            self._waiting.discard(key)
+            self._images[key] = svg_image(svg) if svg else None
+            if self._images[key] is not None:
+                self.redraw()
+
+    @property
+    def drawing(self) -> bool:
+        """Formulas of this document still being drawn."""
+        return bool(self._waiting)
+
+    def insert(self, cursor: QTextCursor, markdown: str, streaming: bool = False) -> None:
+        html = self.html(markdown, streaming)
+        if html.startswith('<p align="center">'):  # insertHtml's first paragraph takes the cursor's block format
+            centred = cursor.blockFormat()
+            centred.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+            cursor.setBlockFormat(centred)
+        cursor.insertHtml(html)
+
+    def on_anchor(self, url: QUrl) -> None:
+        scheme, number = url.scheme(), url.path()
+        if scheme == COPY_SCHEME and number.isdigit() and int(number) < len(self.collected.code_blocks):
+            QGuiApplication.clipboard().setText(self.collected.code_blocks[int(number)])
+        elif scheme == LINK_SCHEME and number.isdigit() and int(number) < len(self.collected.links):
+            self.open_link(self.collected.links[int(number)])
+
+    def open_link(self, link: Link) -> bool:
+        """Opens ``link`` in the desktop's browser if it is safe and the reader agrees; whether it opened."""
+        if (refusal := link_refusal(link)) is not None:
+            _message(self.view, QMessageBox.Icon.Warning, "Link not opened", refusal)
+            return False
+        if link_text_differs(link):
+            box = _message(self.view, QMessageBox.Icon.Question, "Open this address?",
+                           f"The link's text reads:\n{link.text}\n\nbut it opens:\n{link.href}\n\nOpen it?",
+                           ask=True)
+            if box != QMessageBox.StandardButton.Yes:
+                return False
+        return QDesktopServices.openUrl(QUrl(link.href))
+
+
+def _message(parent: QTextBrowser, icon: QMessageBox.Icon, title: str, text: str,
+             ask: bool = False) -> QMessageBox.StandardButton:
+    """A message box whose text is plain: the address comes from the model."""
+    box = QMessageBox(icon, title, text, parent=parent)
+    box.setTextFormat(Qt.TextFormat.PlainText)
+    if ask:
+        box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
+        box.setDefaultButton(QMessageBox.StandardButton.No)
+    return QMessageBox.StandardButton(box.exec())

@@ -1,0 +1,191 @@
+"""The answer pane as a reader sees it: maths drawn while it streams, code highlighted and copied per block,
+and links that open only over http(s), after the real address is shown when the text says another."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QGuiApplication, QImage, QTextDocument
+from PySide6.QtWidgets import QMessageBox
+
+from app.core.chat.answer_markup import MATH_SCHEME, Formula
+from app.ui.chat import answer_view
+from app.ui.chat.panes import AnswerPane
+
+ANSWER = (
+    "Integrate by parts with $u = x$ and $dv = e^x\\,dx$:\n\n"
+    "$$\\int_0^1 x e^x\\,dx = \\left[x e^x\\right]_0^1 - \\int_0^1 e^x\\,dx = 1$$\n\n"
+    "The matrix \\[A = \\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}\\] has $\\det A = -2$.\n\n"
+    "```python\ndef area():\n    return 1  # the integral\n```\n\n"
+    "| step | value |\n|---|---|\n| parts | 1 |\n\n"
+    "So the answer is $\\boxed{1}$.\n"
+)
+
+
+def stream(pane: AnswerPane, text: str, chunk: int = 7) -> None:
+    for start in range(0, len(text), chunk):
+        pane.append(text[start:start + chunk])
+        pane.render_markdown()
+
+
+def images_in(document: QTextDocument) -> list[str]:
+    names = []
+    block = document.begin()
+    while block.isValid():
+        iterator = block.begin()
+        while not iterator.atEnd():
+            fmt = iterator.fragment().charFormat()
+            if fmt.isImageFormat():
+                names.append(fmt.toImageFormat().name())
+            iterator += 1
+        block = block.next()
+    return names
+
+
+def test_a_streamed_maths_answer_renders_formulas_code_and_a_table(qtbot, tmp_path: Path) -> None:
+    """Bug caught: the answer pane showed LaTeX as raw source, fenced code as plain lines and tables as pipes.
+    Checked on the document (an image per formula, coloured code, a table) and on a screenshot."""
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    pane.resize(760, 640)
+    stream(pane, ANSWER)
+    pane.finish()
+    document = pane.view.document()
+    qtbot.waitUntil(lambda: not pane.document.drawing and len(images_in(document)) == 6, timeout=60_000)
+    sources = [r"u = x", r"dv = e^x\,dx", r"\det A = -2", r"\boxed{1}"]
+    names = images_in(document)  # four inline formulas, two displayed
+    for name in names:
+        image = document.resource(QTextDocument.ResourceType.ImageResource, QUrl(name))
+        assert isinstance(image, QImage) and not image.isNull() and image.width() > 4, name
+    boxed = Formula(r"\boxed{1}", False)
+    assert f"{MATH_SCHEME}:{boxed.key}" in names
+    plain = pane.view.toPlainText()
+    assert all(source not in plain for source in sources) and "$" not in plain and "```" not in plain
+    assert "def area():" in plain and "python · Copy" in plain
+    html = document.toHtml()
+    assert "color:#" in html.replace(" ", "")  # Pygments' colours on the code
+    assert document.rootFrame().childFrames(), "the table is a Qt table frame"
+    assert pane.text() == ANSWER, "Copy answer keeps the LaTeX source"
+    pane.show()
+    qtbot.waitExposed(pane)
+    shot = pane.grab()
+    path = Path(os.environ.get("NALAR_SHOT_DIR", tmp_path)) / "answer-maths.png"
+    assert shot.save(str(path)) and path.stat().st_size > 10_000
+
+
+def test_a_half_streamed_formula_shows_as_its_source_until_it_closes(qtbot) -> None:
+    """Bug caught: a display formula cut mid-stream showed as Markdown with its backslashes eaten."""
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    stream(pane, "So the value is $$\\frac{1}{2} + \\sqrt{")
+    assert "$$\\frac{1}{2} + \\sqrt{" in pane.view.toPlainText()
+    assert images_in(pane.view.document()) == []
+    stream(pane, "x}$$ and done.")
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    assert "\\frac" not in pane.view.toPlainText()
+
+
+def test_a_formula_ziamath_cannot_draw_shows_its_source(qtbot) -> None:
+    """Bug caught: a formula outside the renderer's coverage showed as a broken-image icon."""
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    stream(pane, "Bad: $\\frac{1}{$ and good: $x^2$.")  # an unbalanced group: ziamath raises
+    pane.finish()
+    qtbot.waitUntil(lambda: not pane.document.drawing, timeout=60_000)
+    pane.render_markdown()
+    assert "\\frac{1}{" in pane.view.toPlainText() and len(images_in(pane.view.document())) == 1
+
+
+@pytest.fixture
+def desktop(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """What would have reached the desktop and the reader: opened URLs and the message boxes' texts."""
+    seen: dict[str, list] = {"opened": [], "messages": [], "answer": [QMessageBox.StandardButton.No]}
+
+    def open_url(url: QUrl) -> bool:
+        seen["opened"].append(url.toString())
+        return True
+
+    def message(_parent, _icon, title: str, text: str, ask: bool = False) -> QMessageBox.StandardButton:
+        seen["messages"].append((title, text))
+        return seen["answer"][0] if ask else QMessageBox.StandardButton.Ok
+
+    monkeypatch.setattr(answer_view.QDesktopServices, "openUrl", open_url)
+    monkeypatch.setattr(answer_view, "_message", message)
+    return seen
+
+
+def click(pane: AnswerPane, number: int) -> None:
+    pane.view.anchorClicked.emit(QUrl(f"nalar-link:{number}"))
+
+
+def test_file_and_smb_links_are_refused_with_their_address(qtbot, desktop: dict[str, list]) -> None:
+    """Bug caught: an answer showed "https://python.org" as a link's text while the click opened
+    smb://host/share (or a file:// .desktop launcher) through setOpenExternalLinks."""
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    stream(pane, "See [https://python.org](smb://host/share) and <file:///tmp/x.desktop> and [ftp](ftp://h/f).")
+    pane.finish()
+    assert not pane.view.openExternalLinks() and not pane.view.openLinks()
+    assert "file:///tmp/x.desktop" in pane.view.toPlainText()  # not a link at all: Markdown refuses file:
+    for number in range(len(pane.document.collected.links)):
+        click(pane, number)
+    assert desktop["opened"] == []
+    assert [text.splitlines()[-1] for _title, text in desktop["messages"]] == ["smb://host/share", "ftp://h/f"]
+
+
+def test_a_link_whose_text_names_another_address_shows_it_before_opening(qtbot, desktop: dict[str, list]) -> None:
+    """Bug caught: a link reading https://python.org opened https://evil.example without the reader seeing it."""
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    stream(pane, "[https://python.org](https://evil.example/x) then [docs](https://docs.python.org/) "
+                 "then <https://python.org/>.")
+    pane.finish()
+    click(pane, 0)
+    assert desktop["opened"] == [] and "https://evil.example/x" in desktop["messages"][0][1]
+    desktop["answer"][0] = QMessageBox.StandardButton.Yes
+    click(pane, 0)
+    assert desktop["opened"] == ["https://evil.example/x"]
+    desktop["messages"].clear()
+    click(pane, 2)  # text and address agree: it opens without a question
+    assert desktop["opened"][-1] == "https://python.org/" and desktop["messages"] == []
+
+
+def test_each_code_block_copies_its_own_code(qtbot) -> None:
+    """Bug caught: the only copy button copied the whole answer, Markdown and all."""
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    stream(pane, "A:\n\n```sh\necho one\n```\n\nB:\n\n```\nplain two\n```\n")
+    pane.finish()
+    pane.view.anchorClicked.emit(QUrl("nalar-copy:1"))
+    assert QGuiApplication.clipboard().text() == "plain two\n"
+    pane.view.anchorClicked.emit(QUrl("nalar-copy:0"))
+    assert QGuiApplication.clipboard().text() == "echo one\n"
+
+
+def test_formulas_are_drawn_off_the_gui_thread_and_shown_on_it(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: drawing formulas on the GUI thread stalled the window (one of SymPy's matrices took
+    seconds), and a result handed back on the worker thread touched the document from there."""
+    import threading
+
+    threads: dict[str, str] = {}
+    real_svg, real_on_drawn = answer_view.formula_svg, answer_view.AnswerDocument._on_drawn
+
+    def svg(formula: Formula, pixels: int = answer_view.MATH_PIXELS) -> bytes | None:
+        threads["drawn on"] = threading.current_thread().name
+        return real_svg(formula, pixels)
+
+    def on_drawn(self, key: str, data: bytes | None) -> None:
+        threads["shown on"] = threading.current_thread().name
+        real_on_drawn(self, key, data)
+
+    monkeypatch.setattr(answer_view, "formula_svg", svg)
+    monkeypatch.setattr(answer_view.AnswerDocument, "_on_drawn", on_drawn)
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    stream(pane, "A new one: $y = \\sqrt[3]{z}$.")
+    pane.finish()
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    assert threads["drawn on"].startswith("nalar-maths") and threads["shown on"] == threading.main_thread().name
