@@ -38,8 +38,8 @@ def make_session(qtbot, ui_loop) -> Iterator[object]:
         tools_controller = ToolsController()
         session = ChatSession(controller, HistoryStore(), tools=tools_controller)
         made.append((session, controller, tools_controller))
-        session.load_history()
-        session.set_tools(True)
+        session.store.load_history()
+        session.store.set_tools(True)
         controller.start_engine()
         tools_controller.configure(settings.tools.servers)
         qtbot.waitUntil(lambda: controller.engine_ready and "demo" in tools_controller.states, timeout=30_000)
@@ -188,7 +188,7 @@ def test_a_call_to_a_tool_not_offered_is_answered_without_running(qtbot, make_se
 def test_tools_off_sends_no_tools(qtbot, make_session) -> None:
     """Bug caught: tools offered to the model in a chat whose Tools switch is off."""
     session = make_session(Script(["plain"]))
-    session.set_tools(False)
+    session.store.set_tools(False)
     with qtbot.waitSignal(session.reply_finished, timeout=20_000) as blocker:
         asyncio.ensure_future(session.send("hi"))
     assert isinstance(blocker.args[0], Finished)
