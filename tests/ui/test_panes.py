@@ -73,7 +73,10 @@ def test_the_chat_view_draws_the_reply_model_and_a_loop_after_tool_results_colla
     reply.add_thinking("again " * 20)
     reply.note_loop(LoopNote("looped: again", "thinking", "concluded", start_char=7, kept_char=6, copies=20))
     assert reply.trace == "Before the calls, a long enough thought." + AFTER_TOOLS + "After."
-    assert view.thinking_pane.text() == "Before the calls, a long enough thought." + AFTER_TOOLS + "After. "
+    assert view.thinking_pane.text() == reply.trace, "the pane reads the model's text, no copy of its own"
+    shown = view.thinking_pane.view.toPlainText()
+    assert shown.startswith("Before the calls, a long enough thought.") and "After." in shown
+    assert "collapsed by the loop guard" in shown and "again" not in shown
     assert view.thinking_pane.loop_note.text() == "looped: again"
     reply.add_answer("Done.")
     reply.finish("stop", "After.", "Done.")

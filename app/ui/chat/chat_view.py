@@ -34,8 +34,9 @@ class ChatView(QWidget):
         self.transcript.setObjectName("Transcript")
         self.transcript.setOpenExternalLinks(True)
         self._shown: tuple[str, int] | None = None  # (conversation id, turns) the transcript shows
-        self.thinking_pane = ThinkingPane()
-        self.answer_pane = AnswerPane()
+        self.reply = Reply()  # until ``observe`` gives the session's
+        self.thinking_pane = ThinkingPane(source=lambda: self.reply.trace)
+        self.answer_pane = AnswerPane(source=lambda: self.reply.answer)
         self.tool_panel = ToolCallsPanel()
         self.live_split = QSplitter(Qt.Orientation.Vertical)
         self.live_split.addWidget(self.thinking_pane)
@@ -50,7 +51,6 @@ class ChatView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.thread_split)
         self.thinking_pane.fold_changed.connect(self.on_thinking_folded)
-        self.reply = Reply()  # until ``observe`` gives the session's
 
     def observe(self, reply: Reply) -> None:
         """The live panes follow ``reply``: each of its changes is drawn as it happens."""
