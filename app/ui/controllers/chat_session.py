@@ -2,14 +2,13 @@
 
 Each job has its own object: ``store`` (ConversationStore) the conversations and their saving, ``reply``
 (core's Qt-free Reply) the reply's text and state, which the panes observe and ``feed`` (ReplyFeed) fills
-from the bridge, ``tool_loop`` (ToolLoop) a reply's tool rounds and their bounds. The session sends, regenerates, stops,
-saves partial replies every second and aborts on close; tests drive it without a window.
+from the bridge, ``tool_loop`` (ToolLoop) a reply's tool rounds and their bounds. The session sends,
+regenerates, stops, saves partial replies every second and aborts on close; tests drive it without a window.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 
 from PySide6.QtCore import QObject, QTimer, Signal
 from qasync import asyncSlot
@@ -28,7 +27,6 @@ from app.ui.controllers.reply_feed import LoopRecord, ReplyFeed
 from app.ui.controllers.tool_loop import ToolLoop
 from app.ui.controllers.tools_controller import ToolsController
 
-log = logging.getLogger(__name__)
 PARTIAL_SAVE_MS = 1000
 
 
