@@ -212,7 +212,7 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
     _wait(loop, window.controls.send_button.isEnabled, 30)
     # A conversation of its own: appended to the last one in the history, the stall measured the
     # re-render of every earlier run's 50,000-token reply (330 ms for 560 KB), not the stream.
-    window.session.new_conversation()
+    window.session.store.new_conversation()
     meter.start()
     started = time.perf_counter()
     window.send("synthetic")
@@ -220,8 +220,8 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
     elapsed = time.perf_counter() - started
     stall = meter.stop()
     # The reasoning splitter drops the whitespace just before </think>.
-    complete = (window.chat_view.thinking_pane.text() == "".join(thinking).rstrip()
-                and window.chat_view.answer_pane.text() == "".join(answer))
+    reply = window.session.reply
+    complete = reply.thinking == "".join(thinking).rstrip() and reply.answer == "".join(answer)
     window.close()
     return {"benchmark": "ui-synthetic", "rate_tok_s": rate, "seconds_planned": seconds,
             "seconds_taken": round(elapsed, 2), "tokens": len(words), "finish_reason": finished[0].reason,
@@ -278,7 +278,7 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
     load_stall = meter.stop()
     front = psutil.Process(host.pid)  # vLLM's engine client (AsyncLLM and the reply layer), not EngineCore
     for index in range(repeats):
-        window.session.new_conversation()
+        window.session.store.new_conversation()
         finished.clear()
         prompt = f"{COUNTING} ({index})"
         cpu_before, front_before = sum(me.cpu_times()[:2]), sum(front.cpu_times()[:2])

@@ -1,6 +1,7 @@
 """MainWindow: conversations on the left; transcript, live thinking and answer panes, input and gauges.
 
-Layout and wiring only: ``self.session`` (ChatSession) holds the conversations and the reply,
+Layout and wiring only: ``self.session`` (ChatSession) holds the conversations (``session.store``) and the
+reply (``session.reply``, which the chat view observes),
 ``self.controller`` (EngineController) the engine, the settings and the local API server, ``self.tools``
 the tool servers, ``self.menus`` the dialogs. Tests, benches and dialogs use those objects and the widgets
 that own their state (``chat_view``, ``controls``, ``status_bar``); the window forwards nothing.
@@ -22,7 +23,7 @@ from app.core.models.model_families import model_family
 from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import Settings
 from app.engine.base import EngineBase
-from app.engine.events import EngineReady, Finished, LoopDetected, StatusChanged
+from app.engine.events import EngineReady, Finished, StatusChanged
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.conversation_list import ConversationList
 from app.ui.chat.gauges import GaugeBar
@@ -55,7 +56,7 @@ class MainWindow(QMainWindow):
         self.menus = WindowMenus(self, self.controller, self.session, self.tools, self.gauges)
         self._connect()
         self._connect_tools()
-        self.session.load_history()
+        self.session.store.load_history()
         self.refresh_state()
         if settings_notice:
             self.banner.show_problem("Settings were reset", settings_notice)
@@ -65,7 +66,7 @@ class MainWindow(QMainWindow):
     # ---- construction ------------------------------------------------------------------------
 
     def _build_widgets(self) -> None:
-        self.conversation_list = ConversationList(self.session.model)
+        self.conversation_list = ConversationList(self.session.store.model)
         self.chat_view = ChatView()
         self.banner = ErrorBanner()
         self.notice_label = QLabel(wordWrap=True)
@@ -108,43 +109,36 @@ class MainWindow(QMainWindow):
         controller.engine_stopped.connect(self.on_engine_stopped)
         controller.notice.connect(self.show_notice)
         controller.api_url_changed.connect(self.status_bar.show_api_url)
-        session.current_changed.connect(self.show_conversation)
+        store = session.store
+        store.current_changed.connect(self.show_conversation)
         session.reply_started.connect(self.on_reply_started)
-        session.thinking_delta.connect(self.chat_view.thinking_pane.append)
-        session.answer_started.connect(self.chat_view.start_answer)
-        session.answer_delta.connect(self.chat_view.answer_pane.append)
-        session.thinking_tokens.connect(self.chat_view.thinking_pane.set_tokens)
-        session.backend_changed.connect(self.chat_view.set_backend)
-        session.loop_detected.connect(self.on_loop_detected)
+        self.chat_view.observe(session.reply)
         self.chat_view.thinking_pane.continue_anyway.connect(session.continue_past_loop)
         session.notice.connect(self.show_notice)
         session.state_changed.connect(self.refresh_state)
         session.reply_finished.connect(self.on_reply_finished)
         self.prompt.submitted.connect(self.send)
-        controls, answer_pane = self.controls, self.chat_view.answer_pane
+        controls = self.controls
         controls.send_button.clicked.connect(self.send)
-        controls.think_switch.toggled.connect(session.set_thinking)
+        controls.think_switch.toggled.connect(store.set_thinking)
         controls.stop_button.clicked.connect(session.stop)
         controls.answer_now_button.clicked.connect(session.answer_now)
         controls.regenerate_button.clicked.connect(session.regenerate)
-        controls.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(answer_pane.text()))
+        controls.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(session.reply.answer))
         self.banner.action_clicked.connect(controller.retry)
         lst = self.conversation_list
-        lst.new_button.clicked.connect(session.new_conversation)
+        lst.new_button.clicked.connect(store.new_conversation)
         lst.rename_button.clicked.connect(self.rename_conversation)
         lst.delete_button.clicked.connect(self.delete_conversation)
-        lst.list.selectionModel().currentRowChanged.connect(lambda current, _: session.select(current.row()))
+        lst.list.selectionModel().currentRowChanged.connect(lambda current, _: store.select(current.row()))
 
     def _connect_tools(self) -> None:
         session, panel, loop = self.session, self.chat_view.tool_panel, self.session.tool_loop
         assert loop is not None
-        session.tool_round_started.connect(self.chat_view.show_tool_round)
-        session.tool_step_changed.connect(panel.update_step)
-        session.reply_continued.connect(self.chat_view.continue_reply)
         panel.run.connect(loop.approve)
         panel.always.connect(lambda step: loop.approve(step, always=True))
         panel.deny.connect(loop.deny)
-        self.controls.tools_switch.toggled.connect(session.set_tools)
+        self.controls.tools_switch.toggled.connect(session.store.set_tools)
         self.tools.notice.connect(self.show_notice)
         controller = self.controller
         self.tools.servers_changed.connect(
@@ -163,8 +157,7 @@ class MainWindow(QMainWindow):
         self.prompt.setEnabled(engine_ready and not streaming)
         session = self.session
         self.controls.set_state(engine_ready=engine_ready, streaming=streaming,
-                                has_turns=bool(len(session.model) and session.conversation.turns),
-                                has_answer=bool(self.chat_view.answer_pane.text()),
+                                has_turns=bool(session.store.last_turn), has_answer=bool(session.reply.answer),
                                 awaiting_tools=session.awaiting_tools)
         self.conversation_list.setEnabled(not streaming)
         self.menus.restart_action.setEnabled(not streaming)
@@ -198,7 +191,7 @@ class MainWindow(QMainWindow):
     def show_conversation(self, row: int) -> None:
         if self.conversation_list.list.currentIndex().row() != row:
             self.conversation_list.select(row)
-        conversation = self.session.model[row]
+        conversation = self.session.store.model[row]
         self.controls.think_switch.show_chat(conversation.thinking)
         self.controls.tools_switch.show_chat(conversation.tools)
         self.chat_view.show_conversation(conversation)
@@ -212,14 +205,14 @@ class MainWindow(QMainWindow):
     def rename_conversation(self) -> None:
         title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=self.session.conversation.title)
         if ok and title.strip():
-            self.session.rename(title.strip())
+            self.session.store.rename(title.strip())
 
     def delete_conversation(self) -> None:
         conversation = self.session.conversation
         if conversation.turns and QMessageBox.question(
                 self, "Delete conversation", f"Delete “{conversation.title}”?") != QMessageBox.StandardButton.Yes:
             return
-        self.session.delete_current()
+        self.session.store.delete_current()
 
     # ---- a reply ---------------------------------------------------------------------------
 
@@ -236,15 +229,7 @@ class MainWindow(QMainWindow):
         self.banner.hide()
         self.chat_view.start_reply(conversation)
 
-    def on_loop_detected(self, event: LoopDetected) -> None:
-        cut = event.outcome != "warned"
-        self.chat_view.thinking_pane.show_loop(event.summary(), event.start_char if cut and event.phase == "thinking"
-                                               else None, event.copies)
-        if cut and event.phase == "answer":
-            self.chat_view.answer_pane.keep(event.kept_char)
-
     def on_reply_finished(self, finished: Finished) -> None:
-        self.chat_view.finish_reply()
         self.refresh_state()
         self.reply_finished.emit(finished)
 

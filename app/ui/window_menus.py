@@ -35,7 +35,7 @@ class WindowMenus(QObject):
         file_menu = window.menuBar().addMenu("&File")
         preferences = QKeySequence(QKeySequence.StandardKey.Preferences)  # empty on Linux: Ctrl+, as Linux apps use
         file_menu.addActions([
-            self._action("&New conversation", session.new_conversation, QKeySequence.StandardKey.New),
+            self._action("&New conversation", session.store.new_conversation, QKeySequence.StandardKey.New),
             self._action("&Settings…", self.open_settings,
                          QKeySequence("Ctrl+,") if preferences.isEmpty() else preferences),
             self._action("Export conversation as &Markdown…", lambda: self.export_conversation("md")),

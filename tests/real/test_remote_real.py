@@ -129,7 +129,7 @@ def test_failover_to_the_remote_when_the_local_engine_is_killed(qtbot, make_wind
     window.controller.check_engine_health()  # what the health timer runs: a dead primary is not a dead app
     assert not window.banner.isVisible() and window.controls.send_button.isEnabled()
 
-    window.session.new_conversation()
+    window.session.store.new_conversation()
     window.session.conversation.turns.extend(few_shot_turns())
     with qtbot.waitSignal(window.reply_finished, timeout=120_000) as blocker:
         window.send(QUESTION)

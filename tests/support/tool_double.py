@@ -20,10 +20,12 @@ from app.engine.scripted import Script, ScriptedEngineDouble
 
 @dataclass
 class CallScript:
-    """A reply that thinks ``thinking`` and then calls tools: ``calls`` are (name, JSON arguments)."""
+    """A reply that thinks ``thinking`` and then calls tools: ``calls`` are (name, JSON arguments); ``ids``, the
+    call ids a server chose (repeated or empty ones included), else ids of the double's own."""
 
     thinking: str
     calls: list[tuple[str, str]]
+    ids: list[str] | None = None
 
 
 class ToolCallingScriptedDouble(ScriptedEngineDouble):
@@ -48,6 +50,6 @@ class ToolCallingScriptedDouble(ScriptedEngineDouble):
         for word in script.thinking.split(" "):
             await asyncio.sleep(0.002)
             yield ThinkingDelta(rid, word + " ")
-        calls = tuple(ToolCall(f"call-{len(self.tool_requests)}-{i}", name, args)
-                      for i, (name, args) in enumerate(script.calls))
+        ids = script.ids or [f"call-{len(self.tool_requests)}-{i}" for i in range(len(script.calls))]
+        calls = tuple(ToolCall(call_id, name, args) for call_id, (name, args) in zip(ids, script.calls))
         yield Finished(rid, "tool_calls", script.thinking + " ", "", tool_calls=calls)

@@ -28,7 +28,7 @@ def make_session(qtbot, ui_loop) -> Iterator[object]:
         controller = EngineController(ScriptedEngineDouble(list(scripts)), settings, KeyStore())
         session = ChatSession(controller, HistoryStore())
         made.append((session, controller))
-        session.load_history()
+        session.store.load_history()
         controller.start_engine()
         qtbot.waitUntil(lambda: controller.engine_ready, timeout=10_000)
         return session
@@ -50,13 +50,13 @@ def send(qtbot, session: ChatSession, text: str) -> Finished:
 def test_a_reply_lands_in_its_turn_in_the_model_and_in_history(qtbot, make_session) -> None:
     session = make_session(Script(["<think>add ", "them</think>", "It is ", "5."]))
     deltas: list[str] = []
-    session.answer_delta.connect(deltas.append)
+    session.reply.answer_added.connect(deltas.append)
     finished = send(qtbot, session, "What is 2+3?")
     assert finished.reason == "stop" and not session.streaming
     turn = session.conversation.turns[-1]
     assert (turn.user, turn.thinking, turn.answer) == ("What is 2+3?", "add them", "It is 5.")
     assert "".join(deltas) == "It is 5." and turn.thinking_tokens + turn.answer_tokens == 4 and turn.backend
-    assert session.model.index(0).data() == "What is 2+3?", "the first question names the conversation"
+    assert session.store.model.index(0).data() == "What is 2+3?", "the first question names the conversation"
     row = session.history.message_row(turn.message_id)
     assert (row["answer_text"], row["thinking_text"], row["finish_reason"]) == ("It is 5.", "add them", "stop")
 
@@ -75,7 +75,7 @@ def test_stop_keeps_the_partial_reply_and_says_so(qtbot, make_session) -> None:
     session = make_session(Script(["<think>t</think>", *words], tokens_per_second=100))
     notices: list[str] = []
     session.notice.connect(notices.append)
-    session.answer_delta.connect(lambda _text: session.stop() if session.answer_text.count(" ") >= 3 else None)
+    session.reply.answer_added.connect(lambda _text: session.stop() if session.reply.answer.count(" ") >= 3 else None)
     with qtbot.waitSignal(session.reply_finished, timeout=20_000) as blocker:
         asyncio.ensure_future(session.send("count"))
     assert blocker.args[0].reason == "abort"
@@ -103,19 +103,20 @@ def test_partial_text_is_saved_while_streaming_and_close_marks_it_aborted(qtbot,
 
 def test_conversations_are_added_renamed_and_deleted_through_the_model(qtbot, make_session) -> None:
     session = make_session()
-    model = session.model
-    assert model.rowCount() == 1 and session.current_row == 0
+    store = session.store
+    model = store.model
+    assert model.rowCount() == 1 and store.current_row == 0
     inserted: list[int] = []
     model.rowsInserted.connect(lambda _parent, first, _last: inserted.append(first))
-    session.new_conversation()
-    assert inserted == [1] and session.current_row == 1
-    session.rename("Second")
+    store.new_conversation()
+    assert inserted == [1] and store.current_row == 1
+    store.rename("Second")
     assert model.index(1).data() == "Second"
-    session.select(0)
-    session.delete_current()
-    assert [c.title for c in model] == ["Second"] and session.current_row == 0
+    store.select(0)
+    store.delete_current()
+    assert [c.title for c in model] == ["Second"] and store.current_row == 0
     assert [c.title for c in session.history.conversations()] == ["Second"]
-    session.delete_current()
+    store.delete_current()
     assert model.rowCount() == 1 and model.index(0).data() == "New conversation", "never an empty list"
 
 
@@ -156,7 +157,8 @@ def test_continue_anyway_goes_on_with_the_cut_thinking_with_the_guard_off(qtbot,
     kept = "".join(INTRO).rstrip()
     assert [loop.outcome for loop in first.loops] == ["concluded"] and first.thinking_text == kept
     shown: list[str] = []
-    session.thinking_delta.connect(shown.append)
+    session.reply.reset.connect(lambda _: shown.append(session.reply.thinking))  # the kept text, drawn again
+    session.reply.thinking_added.connect(shown.append)
 
     finished = continue_anyway(qtbot, session)
     engine = session.controller.bridge.engine
@@ -164,7 +166,7 @@ def test_continue_anyway_goes_on_with_the_cut_thinking_with_the_guard_off(qtbot,
     assert finished.loops == (), "the guard is off for the continued reply: forty more copies pass"
     going_on_text = " So the pens cost 21 dollars." + "".join(PASSAGE * 40).rstrip()
     assert finished.thinking_text == kept + going_on_text
-    assert "".join(shown) == finished.thinking_text == session.thinking_text, "the kept text is shown again first"
+    assert "".join(shown) == finished.thinking_text == session.reply.thinking, "the kept text is shown again first"
     assert finished.answer_text == "Change: 29 dollars." and len(session.conversation.turns) == 1
     turn = session.conversation.turns[-1]
     assert turn.thinking == finished.thinking_text
@@ -183,7 +185,7 @@ def test_continue_anyway_goes_on_with_a_cut_answer(qtbot, make_session) -> None:
     finished = continue_anyway(qtbot, session)
     assert session.controller.bridge.engine.resumes[-1] == Resume("answer", "", kept)
     assert finished.reason == "stop" and finished.answer_text == kept + "and that is all."
-    assert session.answer_text == finished.answer_text == session.conversation.turns[-1].answer
+    assert session.reply.answer == finished.answer_text == session.conversation.turns[-1].answer
 
 
 def test_continue_anyway_without_a_cut_asks_again_with_the_guard_off(qtbot, make_session) -> None:
@@ -203,10 +205,10 @@ def test_a_partial_save_after_a_thinking_loop_keeps_the_thinking_as_the_guard_cu
     looping = Script(["<think>", *INTRO, *PASSAGE * 40, "</think>", *answer], tokens_per_second=1000)
     session = make_session(looping, sampling=GUARDED)
     loops: list[object] = []
-    session.loop_detected.connect(loops.append)
+    session.reply.loop_noted.connect(loops.append)
     asyncio.ensure_future(session.send("Pens cost 3 dollars; Tom buys 7 and pays 50. Change?"))
-    # The engine's text runs ahead of the bridge's signals: wait for both.
-    qtbot.waitUntil(lambda: session.streaming and session.answer_text.startswith("a0 ") and bool(loops),
+    # The reply model follows the bridge, loop cuts included: wait for the answer and the loop note.
+    qtbot.waitUntil(lambda: session.streaming and session.reply.answer.startswith("a0 ") and bool(loops),
                     timeout=20_000)
     assert [loop.outcome for loop in loops] == ["concluded"]
     turn = session.conversation.turns[-1]

@@ -52,3 +52,33 @@ def test_thinking_pane_keeps_text_and_breaks_only_huge_display_lines(qtbot) -> N
     assert all(len(document.findBlockByNumber(i).text()) <= MAX_DISPLAY_BLOCK + 40
                for i in range(document.blockCount()))
     assert pane.view.toPlainText().split() == pane.text().split()
+
+
+def test_the_chat_view_draws_the_reply_model_and_a_loop_after_tool_results_collapses_in_place(qtbot) -> None:
+    """Bug caught: a thinking loop cut in the request after the tool results was collapsed at its offset in
+    that request's text, counted from the start of the whole trace: the pane lost the thinking before the
+    calls and kept the loop."""
+    from app.core.chat.conversation import ToolRound, ToolStep
+    from app.core.chat.reply import AFTER_TOOLS, LoopNote, Reply
+    from app.ui.chat.chat_view import ChatView
+
+    view, reply = ChatView(), Reply()
+    qtbot.addWidget(view)
+    view.observe(reply)
+    reply.begin("local")
+    reply.add_thinking("Before the calls, a long enough thought.")
+    reply.add_round(ToolRound(reply.thinking, [ToolStep("c1", "add", "{}")]))
+    assert list(view.tool_panel.cards) == ["c1"]
+    reply.continue_after_tools()
+    reply.add_thinking("After. ")
+    reply.add_thinking("again " * 20)
+    reply.note_loop(LoopNote("looped: again", "thinking", "concluded", start_char=7, kept_char=6, copies=20))
+    assert reply.trace == "Before the calls, a long enough thought." + AFTER_TOOLS + "After."
+    assert view.thinking_pane.text() == reply.trace, "the pane reads the model's text, no copy of its own"
+    shown = view.thinking_pane.view.toPlainText()
+    assert shown.startswith("Before the calls, a long enough thought.") and "After." in shown
+    assert "collapsed by the loop guard" in shown and "again" not in shown
+    assert view.thinking_pane.loop_note.text() == "looped: again"
+    reply.add_answer("Done.")
+    reply.finish("stop", "After.", "Done.")
+    assert view.thinking_pane.folded and view.answer_pane.text() == "Done."

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from app.core.chat.conversation import NOT_RUN, ToolStep
 from app.core.chat.history import HistoryStore
 from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import EngineConfig, SamplingConfig, Settings, ToolsConfig, ToolServer, load_settings
@@ -18,6 +19,7 @@ from app.engine.scripted import Script
 from app.tools.mcp_client import DENIED_TEXT
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
+from app.ui.controllers.tool_loop import CANCELLED_TEXT, MAX_CALLS_PER_ROUND, MAX_TOOL_ROUNDS, REFUSED
 from app.ui.controllers.tools_controller import ToolsController
 from tests.support import MCP_DEMO_SERVER
 from tests.support.tool_double import CallScript, ToolCallingScriptedDouble
@@ -38,8 +40,8 @@ def make_session(qtbot, ui_loop) -> Iterator[object]:
         tools_controller = ToolsController()
         session = ChatSession(controller, HistoryStore(), tools=tools_controller)
         made.append((session, controller, tools_controller))
-        session.load_history()
-        session.set_tools(True)
+        session.store.load_history()
+        session.store.set_tools(True)
         controller.start_engine()
         tools_controller.configure(settings.tools.servers)
         qtbot.waitUntil(lambda: controller.engine_ready and "demo" in tools_controller.states, timeout=30_000)
@@ -188,9 +190,128 @@ def test_a_call_to_a_tool_not_offered_is_answered_without_running(qtbot, make_se
 def test_tools_off_sends_no_tools(qtbot, make_session) -> None:
     """Bug caught: tools offered to the model in a chat whose Tools switch is off."""
     session = make_session(Script(["plain"]))
-    session.set_tools(False)
+    session.store.set_tools(False)
     with qtbot.waitSignal(session.reply_finished, timeout=20_000) as blocker:
         asyncio.ensure_future(session.send("hi"))
     assert isinstance(blocker.args[0], Finished)
     assert engine(session).tool_requests[0]["tools"] is None
     assert json.loads(json.dumps(session.conversation.messages())) == [{"role": "user", "content": "hi"}]
+
+
+# ---- Nalar's bounds: whatever the backend sends (issue 39, items 1 and 2) ---------------------------
+
+ALWAYS_ADD = ToolsConfig(servers=(DEMO,), call_timeout_s=60, always_allow=("demo/add",))
+
+
+def notices(session: ChatSession) -> list[str]:
+    said: list[str] = []
+    session.notice.connect(said.append)
+    return said
+
+
+def test_a_backend_that_keeps_calling_an_always_tool_stops_at_nalars_round_cap(qtbot, make_session) -> None:
+    """Bug caught: only the model was asked to stop calling (tool_choice "none" after the last round); a
+    backend that ignores it got 20 rounds and 20 runs of an "Always" tool nobody approved."""
+    session = make_session(*[CallScript(f"round {n}", [("add", '{"a": 1, "b": 1}')]) for n in range(20)],
+                           tools=ALWAYS_ADD)
+    said = notices(session)
+    with qtbot.waitSignal(session.reply_finished, timeout=60_000):
+        asyncio.ensure_future(session.send("keep adding"))
+    turn = session.conversation.turns[-1]
+    statuses = [[step.status for step in tool_round.calls] for tool_round in turn.tool_rounds]
+    assert statuses == [["ok"]] * MAX_TOOL_ROUNDS + [[REFUSED]], statuses
+    requests = engine(session).tool_requests
+    assert len(requests) == MAX_TOOL_ROUNDS + 1 and requests[-1]["tool_choice"] == "none"
+    [refused] = turn.tool_rounds[-1].calls
+    assert f"limit of {MAX_TOOL_ROUNDS} tool rounds" in refused.result, "the refused call still gets a result"
+    assert any(f"limit of {MAX_TOOL_ROUNDS} tool rounds" in text for text in said), said
+    assert not session.streaming and turn.finish_reason == "tool_calls"
+    stored = HistoryStore(session.history.path).conversations()[-1].turns[-1]
+    tool_messages = [m for m in stored.tool_rounds[-1].messages() if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == [refused.result], "history holds a result for every call"
+
+
+@pytest.mark.parametrize("allowed", ["tool_choice none", "no tools offered"])
+def test_calls_sent_for_a_request_that_allowed_none_never_run(qtbot, make_session, allowed: str) -> None:
+    """Bug caught: every Finished(reason="tool_calls") began a round: calls from a backend that ignores
+    tool_choice "none" ran (an "Always" tool unasked), and with the Tools switch off each answer drew
+    another request, for ever."""
+    session = make_session(CallScript("call anyway", [("add", '{"a": 2, "b": 2}')]), Script(["never asked"]),
+                           tools=ALWAYS_ADD)
+    if allowed == "tool_choice none":
+        session.tool_choice = "none"
+    else:
+        session.store.set_tools(False)
+    said = notices(session)
+    with qtbot.waitSignal(session.reply_finished, timeout=20_000):
+        asyncio.ensure_future(session.send("no tools please"))
+    [step] = session.conversation.turns[-1].tool_rounds[-1].calls
+    assert step.status == REFUSED and step.result.startswith("Not run:"), step
+    assert len(engine(session).tool_requests) == 1, "no follow-up request"
+    assert said and "did not run" in said[-1]
+
+
+def test_more_calls_in_one_round_than_the_cap_run_only_up_to_it(qtbot, make_session) -> None:
+    """Bug caught: one reply could queue any number of runs of an "Always" tool in a single round."""
+    calls = [("add", f'{{"a": {n}, "b": 1}}') for n in range(MAX_CALLS_PER_ROUND + 2)]
+    session = make_session(CallScript("many", calls), Script(["done"]), tools=ALWAYS_ADD)
+    said = notices(session)
+    with qtbot.waitSignal(session.reply_finished, timeout=30_000):
+        asyncio.ensure_future(session.send("add them all"))
+    steps = session.conversation.turns[-1].tool_rounds[0].calls
+    assert [s.status for s in steps] == ["ok"] * MAX_CALLS_PER_ROUND + [REFUSED] * 2
+    results = [m["content"] for m in engine(session).tool_requests[1]["messages"] if m["role"] == "tool"]
+    assert len(results) == len(calls) and results[-1].startswith("Not run:"), "every call has a result"
+    assert any(f"at most {MAX_CALLS_PER_ROUND}" in text for text in said), said
+
+
+def approve_both_duplicates(qtbot, session: ChatSession) -> list[ToolStep]:
+    """The reply's two calls share the id a server chose; both run."""
+    ask(qtbot, session, "wait twice")
+    steps = session.conversation.turns[-1].tool_rounds[0].calls
+    for step in steps:
+        session.tool_loop.approve(step)
+    qtbot.waitUntil(lambda: [s.status for s in steps] == ["running", "running"], timeout=10_000)
+    return steps
+
+
+DUPLICATES = CallScript("two waits", [("slow", '{"seconds": 600}'), ("slow", '{"seconds": 600}')], ids=["dup", "dup"])
+
+
+def test_duplicate_call_ids_get_fresh_ones_and_answer_now_ends_every_call(qtbot, make_session) -> None:
+    """Bug caught: running calls were kept by the server's call id, so with two calls sharing one, Answer now
+    cancelled one and left the other "running" for ever: the round never ended."""
+    session = make_session(DUPLICATES, Script(["answered"]), tools=ToolsConfig(servers=(DEMO,), call_timeout_s=60))
+    steps = approve_both_duplicates(qtbot, session)
+    assert steps[0].call_id == "dup" and steps[1].call_id not in ("dup", ""), "fresh id before it is stored"
+    with qtbot.waitSignal(session.reply_finished, timeout=20_000):
+        session.answer_now()
+    assert [(s.status, s.result) for s in steps] == [("error", CANCELLED_TEXT)] * 2
+    follow_up = engine(session).tool_requests[1]["messages"]
+    sent_ids = [call["id"] for call in follow_up[-3]["tool_calls"]]
+    assert sent_ids == [s.call_id for s in steps]
+    assert [m["tool_call_id"] for m in follow_up[-2:]] == sent_ids, "one tool message per call, each its own id"
+
+
+def test_duplicate_call_ids_with_stop_cancel_every_call_and_history_says_so(qtbot, make_session,
+                                                                            monkeypatch) -> None:
+    """Bug caught: with two calls sharing an id, Stop cancelled only one; the other ran on to its end while
+    the history said it did not run."""
+    session = make_session(DUPLICATES, tools=ToolsConfig(servers=(DEMO,), call_timeout_s=60))
+    calls: list[asyncio.Task[object]] = []
+    real_call = session.tools.call
+
+    async def watched_call(*args: object) -> object:  # the real call, with its task kept to check it ends
+        calls.append(asyncio.current_task())  # type: ignore[arg-type]
+        return await real_call(*args)
+
+    monkeypatch.setattr(session.tools, "call", watched_call)
+    steps = approve_both_duplicates(qtbot, session)
+    with qtbot.waitSignal(session.reply_finished, timeout=10_000) as blocker:
+        session.stop()
+    assert blocker.args[0].reason == "abort"
+    qtbot.waitUntil(lambda: len(calls) == 2 and all(task.done() for task in calls), timeout=10_000)
+    assert [s.status for s in steps] == ["stopped", "stopped"]
+    stored = HistoryStore(session.history.path).conversations()[-1].turns[-1].tool_rounds[0].calls
+    assert [(c.status, c.result) for c in stored] == [("stopped", NOT_RUN)] * 2
+    assert len({c.call_id for c in stored}) == 2

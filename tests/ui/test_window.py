@@ -187,7 +187,7 @@ def test_conversations_new_rename_delete(qtbot, make_window, monkeypatch) -> Non
     assert window.chat_view.answer_pane.text() == "b"
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     window.conversation_list.delete_button.click()
-    assert [c.title for c in window.session.model] == ["Renamed"]
+    assert [c.title for c in window.session.store.model] == ["Renamed"]
 
 
 def test_memory_gauge_says_which_memory_it_shows(qtbot, make_window) -> None:
@@ -272,10 +272,10 @@ def test_a_send_appends_to_the_thread_and_it_reads_as_a_fresh_render(qtbot, make
     for question in ("first question", "second question", "third question"):
         send(qtbot, window, question)
     first = window.session.conversation
-    window.session.new_conversation()
+    window.session.store.new_conversation()
     send(qtbot, window, "elsewhere")
-    window.show_conversation(next(row for row in range(len(window.session.model))
-                                  if window.session.model[row] is first))
+    window.show_conversation(next(row for row in range(len(window.session.store.model))
+                                  if window.session.store.model[row] is first))
     send(qtbot, window, "fourth question")
 
     fresh = ChatView()

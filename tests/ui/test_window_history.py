@@ -37,7 +37,7 @@ def test_conversations_come_back_after_a_restart(qtbot, make_window) -> None:
     first.conversation_list.new_button.click()
     first.close()
     second = make_window(ScriptedEngineDouble())
-    assert [c.title for c in second.session.model] == ["2+3?", "New conversation"]
+    assert [c.title for c in second.session.store.model] == ["2+3?", "New conversation"]
     second.conversation_list.select(0)
     assert second.chat_view.answer_pane.text() == "five" and "t" == second.chat_view.thinking_pane.text()
 

@@ -10,6 +10,7 @@ import sys
 
 from PySide6.QtCore import Qt
 
+from app.core.chat.reply import AFTER_TOOLS
 from app.core.settings.settings import (
     EngineConfig,
     SamplingConfig,
@@ -20,7 +21,6 @@ from app.core.settings.settings import (
     load_settings,
 )
 from app.engine.scripted import Script
-from app.ui.chat.chat_view import AFTER_TOOLS
 from tests.support import MCP_DEMO_SERVER
 from tests.support.tool_double import CallScript, ToolCallingScriptedDouble
 
@@ -92,9 +92,9 @@ def test_the_tools_switch_is_kept_per_chat(qtbot, make_window) -> None:
     window = window_with_tools(qtbot, make_window)
     first = window.session.conversation
     assert first.tools is True
-    window.session.new_conversation()
+    window.session.store.new_conversation()
     assert window.session.conversation.tools is False and not window.controls.tools_switch.isChecked()
-    window.session.select(0)
+    window.session.store.select(0)
     assert window.controls.tools_switch.isChecked()
     assert [c.tools for c in window.session.history.conversations()] == [True, False]
 

@@ -1,8 +1,9 @@
 """ChatView: the conversation shown as a thread: earlier turns and the question above the live reply.
 
-The live reply is the thinking pane over the answer pane; when the answer starts, the trace folds
-into its one-line header and the answer gets the whole width. A reply that calls tools shows its
-calls' cards between the two, and its further thinking goes on in the thinking pane after a marker.
+The live reply is the thinking pane over the answer pane, drawn from the session's ``Reply`` model, which
+it observes (``observe``); when the answer starts, the trace folds into its one-line header and the answer
+gets the whole width. A reply that calls tools shows its calls' cards between the two, and its further
+thinking goes on in the thinking pane after a marker.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.chat.conversation import Conversation, ToolRound, Turn
+from app.core.chat.reply import AFTER_TOOLS, LoopNote, Reply, ReplyState
 from app.ui.chat.answer_view import AnswerDocument
 from app.ui.chat.panes import AnswerPane, ThinkingPane
 from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
-AFTER_TOOLS = "\n\n— after the tool results —\n"
 
 
 class ChatView(QWidget):
@@ -35,8 +36,9 @@ class ChatView(QWidget):
         self.transcript_document = AnswerDocument(self.transcript, self._redraw_thread)  # answers, maths, links
         self._conversation: Conversation | None = None
         self._shown: tuple[str, int] | None = None  # (conversation id, turns) the transcript shows
-        self.thinking_pane = ThinkingPane()
-        self.answer_pane = AnswerPane()
+        self.reply = Reply()  # until ``observe`` gives the session's
+        self.thinking_pane = ThinkingPane(source=lambda: self.reply.trace)
+        self.answer_pane = AnswerPane(source=lambda: self.reply.answer)
         self.tool_panel = ToolCallsPanel()
         self.live_split = QSplitter(Qt.Orientation.Vertical)
         self.live_split.addWidget(self.thinking_pane)
@@ -52,22 +54,42 @@ class ChatView(QWidget):
         layout.addWidget(self.thread_split)
         self.thinking_pane.fold_changed.connect(self.on_thinking_folded)
 
-    def show_conversation(self, conversation: Conversation) -> None:
-        """The thread down to the last question; the last reply in the panes, its trace folded if answered."""
-        self.render_thread(conversation)
+    def observe(self, reply: Reply) -> None:
+        """The live panes follow ``reply``: each of its changes is drawn as it happens."""
+        self.reply = reply
+        reply.reset.connect(lambda _: self.draw_reply())
+        reply.thinking_added.connect(self.thinking_pane.append)
+        reply.answer_started.connect(lambda _: self.start_answer())
+        reply.answer_added.connect(self.answer_pane.append)
+        reply.loop_noted.connect(self.show_loop)
+        reply.round_added.connect(self.show_tool_round)
+        reply.step_changed.connect(self.tool_panel.update_step)
+        reply.continued.connect(lambda _: self.continue_reply())
+        reply.tokens_counted.connect(self.thinking_pane.set_tokens)
+        reply.backend_changed.connect(self.set_backend)
+        reply.state_changed.connect(self._on_state)
+
+    def draw_reply(self) -> None:
+        """The whole reply again (a new one, or a finished one opened): its trace folded if answered."""
+        reply = self.reply
         self.thinking_pane.clear()
         self.answer_pane.clear()
         self.tool_panel.clear()
-        if conversation.turns:
-            last = conversation.turns[-1]
-            self.thinking_pane.append(reply_trace(last))
-            if last.tool_rounds:
-                self.tool_panel.show_rounds(last.tool_rounds)
-            self.thinking_pane.set_tokens(last.thinking_tokens)
-            self.answer_pane.append(last.answer)
-            self.answer_pane.finish()
-            self.set_backend(last.backend)
-            self.thinking_pane.set_folded(bool(last.answer))
+        self.thinking_pane.append(reply.trace)
+        if reply.rounds:  # a finished reply's calls: without buttons (a call left waiting can't run now)
+            self.tool_panel.show_rounds(reply.rounds)
+        self.thinking_pane.set_tokens(reply.thinking_tokens)
+        self.answer_pane.append(reply.answer)
+        if reply.state in ("idle", "finished"):
+            self.answer_pane.finish()  # whole: a formula left open is text, not one still streaming
+        else:
+            self.answer_pane.render_markdown()
+        self.set_backend(reply.backend)
+        self.thinking_pane.set_folded(bool(reply.answer))
+
+    def show_conversation(self, conversation: Conversation) -> None:
+        """The thread down to the last question (the panes show the reply model)."""
+        self.render_thread(conversation)
 
     def render_thread(self, conversation: Conversation) -> None:
         """Earlier turns in full, then the question the panes below answer.
@@ -109,9 +131,6 @@ class ChatView(QWidget):
 
     def start_reply(self, conversation: Conversation) -> None:
         self.render_thread(conversation)
-        self.thinking_pane.clear()
-        self.answer_pane.clear()
-        self.tool_panel.clear()
 
     def show_tool_round(self, tool_round: ToolRound) -> None:
         """The reply called tools: their cards, below the thinking that led to them."""
@@ -134,6 +153,18 @@ class ChatView(QWidget):
         self.thinking_pane.end()
         self.answer_pane.finish()
 
+    def _on_state(self, state: ReplyState) -> None:
+        if state == "finished":
+            self.finish_reply()
+
+    def show_loop(self, note: LoopNote) -> None:
+        """The guard's note; a cut thinking loop collapses in the trace, a cut answer loses its copies."""
+        earlier = len(self.reply.trace) - len(self.reply.thinking)  # the reply's earlier requests' thinking
+        collapse = earlier + note.start_char if note.cut and note.phase == "thinking" else None
+        self.thinking_pane.show_loop(note.summary, collapse, note.copies)
+        if note.cut and note.phase == "answer":
+            self.answer_pane.keep(note.kept_char)
+
     def on_thinking_folded(self, folded: bool) -> None:
         """Folded, the trace is its one-line header above the answer; unfolded, it shares the height."""
         pane = self.thinking_pane
@@ -151,12 +182,6 @@ def _text(text: str) -> str:
 def _question(turn: Turn) -> str:
     return (f'<table width="100%" cellpadding="6" style="margin-top: 6px"><tr><td bgcolor="#e3eaf6">'
             f'<span style="color: #1b2a44"><b>You</b><br>{_text(turn.user)}</span></td></tr></table>')
-
-
-def reply_trace(turn: Turn) -> str:
-    """A finished reply's thinking as the thinking pane streamed it: before the calls, a marker, after."""
-    parts = [tool_round.thinking for tool_round in turn.tool_rounds]
-    return AFTER_TOOLS.join([*parts, turn.thinking]) if parts else turn.thinking
 
 
 def _tool_calls(turn: Turn) -> str:

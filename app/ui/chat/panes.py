@@ -1,8 +1,13 @@
-"""The live turn: ThinkingPane (raw trace, folds away) and AnswerPane (Markdown)."""
+"""The live turn: ThinkingPane (raw trace, folds away) and AnswerPane (Markdown).
+
+Each pane draws a text it is told grew (``append``) and reads it back from ``source``: in the window, the
+Reply model, so the text is kept there once; a pane made alone keeps its own (``TextBuffer``).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QKeyEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
@@ -32,13 +37,37 @@ RESTARTABLE = (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGIN
                FailureKind.UNREACHABLE, FailureKind.TIMEOUT)
 
 
+class TextBuffer:
+    """A pane's own text, when no model keeps it: appended parts, joined when read."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def __call__(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    def keep(self, chars: int) -> None:
+        kept = self()[:chars]
+        self.parts[:] = [kept] if kept else []
+
+
+def text_source(source: Callable[[], str] | None) -> tuple[Callable[[], str], TextBuffer | None]:
+    """``source`` as given (a model keeps the text), or a buffer of the pane's own."""
+    if source is not None:
+        return source, None
+    buffer = TextBuffer()
+    return buffer, buffer
+
+
 class ThinkingPane(QFrame):
     """The model's thinking trace, streamed as plain text; shows tokens and seconds."""
 
     fold_changed = Signal(bool)
     continue_anyway = Signal()  # the user wants the reply without the loop guard's cut
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, source: Callable[[], str] | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("ThinkingPane")
         self.setFrameShape(QFrame.Shape.StyledPanel)
@@ -74,7 +103,7 @@ class ThinkingPane(QFrame):
         layout.addLayout(top)
         layout.addLayout(loop_row)
         layout.addWidget(self.view, 1)
-        self._text: list[str] = []
+        self._source, self._own = text_source(source)
         self._block_len = 0
         self._started: float | None = None
         self._ended: float | None = None
@@ -82,7 +111,8 @@ class ThinkingPane(QFrame):
         self.show_loop(None)
 
     def clear(self) -> None:
-        self._text.clear()
+        if self._own is not None:
+            self._own.keep(0)
         self._block_len = 0
         self.view.clear()
         self._started = self._ended = None
@@ -96,7 +126,8 @@ class ThinkingPane(QFrame):
             self._started = time.monotonic()
         if not text:
             return
-        self._text.append(text)
+        if self._own is not None:
+            self._own.parts.append(text)
         cursor = self.view.textCursor()
         cursor.movePosition(QTextCursor.MoveOperation.End)
         for index, line in enumerate(text.split("\n")):
@@ -116,7 +147,7 @@ class ThinkingPane(QFrame):
         self.view.ensureCursorVisible()
 
     def text(self) -> str:
-        return "".join(self._text)
+        return self._source()
 
     def show_loop(self, summary: str | None, collapse_from: int | None = None, copies: int = 0) -> None:
         """The loop guard's notice (None hides it). ``collapse_from``: the trace from there was the
@@ -127,7 +158,8 @@ class ThinkingPane(QFrame):
         if collapse_from is None:
             return
         kept = self.text()[:collapse_from]
-        self._text[:] = [kept] if kept else []
+        if self._own is not None:
+            self._own.keep(collapse_from)
         self.view.setPlainText(kept)
         cursor = self.view.textCursor()
         cursor.movePosition(QTextCursor.MoveOperation.End)
@@ -174,7 +206,7 @@ class AnswerPane(QFrame):
     re-rendered, so the cost of a refresh does not grow with the length of the answer.
     """
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, source: Callable[[], str] | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("AnswerPane")
         self.setFrameShape(QFrame.Shape.StyledPanel)
@@ -188,8 +220,7 @@ class AnswerPane(QFrame):
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self.header)
         layout.addWidget(self.view, 1)
-        self._text: list[str] = []
-        self._joined = ""
+        self._source, self._own = text_source(source)
         self._committed = 0  # characters of the text rendered for good
         self._tail_start = 0  # document position where the re-rendered tail begins
         self._dirty = False
@@ -200,8 +231,8 @@ class AnswerPane(QFrame):
         self._render_timer.timeout.connect(self.render_markdown)
 
     def clear(self) -> None:
-        self._text.clear()
-        self._joined = ""
+        if self._own is not None:
+            self._own.keep(0)
         self._committed = self._tail_start = 0
         self._dirty = False
         self._streaming = True
@@ -210,23 +241,25 @@ class AnswerPane(QFrame):
         self._marks = self.document.collected.marks()
 
     def append(self, text: str) -> None:
-        self._text.append(text)
+        if self._own is not None:
+            self._own.parts.append(text)
         self._dirty = True
         if not self._render_timer.isActive():
             self._render_timer.start()
 
     def keep(self, chars: int) -> None:
-        """Keep only the first ``chars`` of the answer (the loop guard cut the rest)."""
-        kept = self.text()[:chars]
-        self.clear()
-        if kept:
-            self.append(kept)
+        """Show only the first ``chars`` of the answer (the loop guard cut the rest; a model already has)."""
+        if self._own is not None:
+            self._own.keep(chars)
+        self._committed = self._tail_start = 0
+        self.view.clear()
+        self.document.clear()
+        self._marks = self.document.collected.marks()
+        self._dirty = True
         self.render_markdown()
 
     def text(self) -> str:
-        if len(self._text) > 1:
-            self._text[:] = ["".join(self._text)]
-        return self._text[0] if self._text else ""
+        return self._source()
 
     @staticmethod
     def _stable_end(text: str, start: int) -> int:

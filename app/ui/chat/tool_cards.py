@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
 from app.core.chat.conversation import ToolRound, ToolStep
 
 STATUS_TEXT = {"pending": "waits for your approval", "running": "running…", "ok": "done", "error": "failed",
-               "timeout": "timed out", "denied": "denied", "stopped": "not run (stopped)"}
+               "timeout": "timed out", "denied": "denied", "stopped": "not run (stopped)",
+               "refused": "not run (over Nalar's limits)"}
 
 
 def plain_label(text: str = "") -> QLabel:

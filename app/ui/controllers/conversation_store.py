@@ -1,0 +1,121 @@
+"""ConversationStore: the conversations (``model``), which one is shown, and every write to the history.
+
+No widgets: it adds, renames, deletes and selects conversations, keeps each chat's switches,
+and saves a reply's turn as it starts, streams, calls tools and ends (through ``HistoryStore``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Signal
+
+from app.core.chat.conversation import Conversation, Turn
+from app.core.chat.history import HistoryStore
+from app.engine.events import Finished
+from app.ui.controllers.conversation_model import ConversationListModel
+
+
+class ConversationStore(QObject):
+    """``busy()`` says a reply is under way: the shown conversation may then not change or go."""
+
+    current_changed = Signal(int)  # the row of the conversation now shown
+    notice = Signal(str)
+
+    def __init__(self, history: HistoryStore, busy: Callable[[], bool], new_thinking: Callable[[], bool],
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.history = history
+        self.model = ConversationListModel(self)
+        self.current_row = -1
+        self._busy = busy
+        self._new_thinking = new_thinking  # a new chat's Think switch starts as the settings say
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.model[max(0, self.current_row)]
+
+    @property
+    def last_turn(self) -> Turn | None:
+        turns = self.conversation.turns if len(self.model) else []
+        return turns[-1] if turns else None
+
+    def load_history(self) -> None:
+        """The stored conversations; the last one is shown, a new one if there are none."""
+        for conversation in self.history.conversations():
+            self.model.append(conversation)
+        if not len(self.model):
+            self.new_conversation()
+        else:
+            self.select(len(self.model) - 1)
+        if self.history.interrupted:
+            self.notice.emit(f"{self.history.interrupted} reply(s) were cut off when Nalar last closed "
+                             "unexpectedly; what had arrived is kept, marked “interrupted”.")
+
+    def select(self, row: int) -> None:
+        if 0 <= row < len(self.model) and row != self.current_row and not self._busy():
+            self.current_row = row
+            self.current_changed.emit(row)
+
+    def new_conversation(self) -> None:
+        conversation = Conversation(thinking=self._new_thinking())
+        self.history.save_conversation(conversation)
+        self.select(self.model.append(conversation))
+
+    def rename(self, title: str) -> None:
+        self.model.set_title(max(0, self.current_row), title)
+        self.history.save_conversation(self.conversation)
+
+    def set_thinking(self, on: bool) -> None:
+        """The chat's Think switch, kept with the conversation."""
+        self.conversation.thinking = on
+        self.history.save_conversation(self.conversation)
+
+    def set_tools(self, on: bool) -> None:
+        """The chat's Tools switch, kept with the conversation."""
+        self.conversation.tools = on
+        self.history.save_conversation(self.conversation)
+
+    def delete_current(self) -> None:
+        row = self.current_row
+        if row < 0 or self._busy():
+            return
+        self.current_row = -1
+        self.history.delete_conversation(self.model.remove(row).id)
+        if not len(self.model):
+            self.new_conversation()
+        else:
+            self.select(min(row, len(self.model) - 1))
+
+    # ---- the turn being answered ---------------------------------------------------------------
+
+    def add_question(self, text: str) -> Conversation:
+        """The user's question as the shown conversation's new last turn; the first one names the chat."""
+        conversation = self.conversation
+        conversation.turns.append(Turn(user=text))
+        if len(conversation.turns) == 1:
+            conversation.title_from_first_message()
+            self.rename(conversation.title)
+        return conversation
+
+    def start_turn(self, turn: Turn) -> None:
+        self.history.start_turn(self.conversation, turn)
+
+    def save_partial(self, thinking: str, answer: str) -> None:
+        if (turn := self.last_turn) is not None:
+            self.history.save_partial(turn, thinking, answer)
+
+    def save_tool_rounds(self) -> None:
+        if (turn := self.last_turn) is not None:
+            self.history.save_tool_rounds(turn)
+
+    def end_turn(self, finished: Finished, backend: str) -> Turn:
+        """The last turn as its reply ended (texts, reason, backend, counts), saved."""
+        turn = self.conversation.turns[-1]
+        turn.thinking, turn.answer, turn.finish_reason = finished.thinking_text, finished.answer_text, finished.reason
+        turn.backend = backend
+        if (m := finished.metrics) is not None:
+            turn.thinking_tokens, turn.answer_tokens, turn.ttft_s = m.thinking_tokens, m.answer_tokens, m.ttft_s
+            turn.answer_tok_s = m.answer_tok_s
+        self.history.finish_turn(turn)
+        return turn
