@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent, QGuiApplication
@@ -24,6 +25,7 @@ from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import Settings
 from app.engine.base import EngineBase
 from app.engine.events import EngineReady, Finished, StatusChanged
+from app.ui.chat.attachments_bar import AttachmentsBar, context_fit, model_counter
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.conversation_list import ConversationList
 from app.ui.chat.gauges import GaugeBar
@@ -73,12 +75,14 @@ class MainWindow(QMainWindow):
         self.notice_label.setObjectName("NoticeLabel")
         self.notice_label.hide()
         self.prompt = PromptEdit()
+        self.attachments = AttachmentsBar()
         self.controls = ReplyControls()
         controls = self.controls
 
         center = QWidget()
         center_layout = QVBoxLayout(center)
-        for widget, stretch in ((self.banner, 0), (self.chat_view, 1), (self.notice_label, 0), (self.prompt, 0),
+        for widget, stretch in ((self.banner, 0), (self.chat_view, 1), (self.notice_label, 0), (self.attachments, 0),
+                               (self.prompt, 0),
                                 (controls, 0)):
             center_layout.addWidget(widget, stretch)
 
@@ -118,6 +122,9 @@ class MainWindow(QMainWindow):
         session.state_changed.connect(self.refresh_state)
         session.reply_finished.connect(self.on_reply_finished)
         self.prompt.submitted.connect(self.send)
+        self.prompt.files_given.connect(self.attach)
+        self.attachments.choose.connect(self.attach)
+        self.attachments.refused.connect(lambda problem, fix: self.banner.show_problem(problem, fix))
         controls = self.controls
         controls.send_button.clicked.connect(self.send)
         controls.think_switch.toggled.connect(store.set_thinking)
@@ -221,8 +228,20 @@ class MainWindow(QMainWindow):
         text = (text if isinstance(text, str) else self.prompt.toPlainText()).strip()
         if not text or self.session.streaming or not self.controller.engine_ready:
             return
+        if self.attachments.attachments:
+            question = self.attachments.question(text)
+            fit = context_fit(self.controller.settings, self.session.conversation, question, self.attachments.counter)
+            if not fit.fits:  # refused before anything is sent; the question and the files stay
+                self.banner.show_problem("The files don't fit the context", fit.refusal(self.attachments.tokens()))
+                return
+            text = question
         self.prompt.clear()
+        self.attachments.clear()
         await self.session.send(text)
+
+    def attach(self, paths: list[Path]) -> None:
+        self.attachments.counter = model_counter(self.controller.settings)
+        self.attachments.add_paths(paths)
 
     def on_reply_started(self, conversation: Conversation) -> None:
         self.notice_label.hide()

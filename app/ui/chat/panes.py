@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QMimeData, Qt, QTimer, Signal
 from PySide6.QtGui import QFont, QKeyEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QFrame,
@@ -329,15 +330,29 @@ class AnswerPane(QFrame):
 
 
 class PromptEdit(QPlainTextEdit):
-    """Enter sends; Shift+Enter adds a newline."""
+    """Enter sends; Shift+Enter adds a newline. Files dropped or pasted on it are attached, not typed."""
 
     submitted = Signal()
+    files_given = Signal(list)  # list[Path]: local files dropped or pasted
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("PromptEdit")
         self.setPlaceholderText("Ask something… (Enter sends, Shift+Enter adds a line)")
         self.setFixedHeight(72)
+
+    @staticmethod
+    def _local_files(source: QMimeData) -> list[Path]:
+        return [Path(url.toLocalFile()) for url in source.urls() if url.isLocalFile()] if source.hasUrls() else []
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return bool(self._local_files(source)) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        if files := self._local_files(source):
+            self.files_given.emit(files)
+        else:
+            super().insertFromMimeData(source)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (

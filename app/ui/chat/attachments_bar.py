@@ -1,0 +1,118 @@
+"""The files attached to the next question: a chip each (name, size, tokens), Attach…, and the check that
+they fit the context before anything is sent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
+
+from app.core.chat.attachments import Attachment, AttachmentError, question_with_files, read_attachment
+from app.core.chat.conversation import Conversation
+from app.core.models.embedded_model import embedded_model_dir
+from app.core.models.token_count import ContextFit, TokenCounter, counter_for
+from app.core.settings.settings import LOCAL_PROFILE, Settings
+
+FILE_FILTER = "Text, code, Markdown, CSV or PDF (*.txt *.md *.py *.js *.ts *.c *.cpp *.h *.rs *.go *.java *.json " \
+              "*.yaml *.yml *.toml *.csv *.tsv *.log *.tex *.html *.xml *.sh *.pdf);;Any file (*)"
+
+
+def model_counter(settings: Settings) -> TokenCounter:
+    """The local model's own tokenizer; an estimate for a remote backend or a model not on disk."""
+    if settings.backends.active != LOCAL_PROFILE:
+        return counter_for(None)
+    model = settings.engine.model
+    folder = Path(model).expanduser() if model else embedded_model_dir()
+    return counter_for(folder if folder.is_dir() else None)
+
+
+def context_fit(settings: Settings, conversation: Conversation, question: str, counter: TokenCounter) -> ContextFit:
+    """What the next request would hold: the conversation so far, the question with its files, and room
+    for the reply (answer tokens, and the think budget)."""
+    history = sum(counter.count(turn.user) + counter.count(turn.answer) for turn in conversation.turns)
+    room = settings.sampling.max_tokens + settings.sampling.think_budget
+    return ContextFit(settings.engine.max_model_len, history + counter.count(question), room)
+
+
+class AttachmentsBar(QWidget):
+    """Holds the attachments until a send takes them; refuses a file it can't read, saying why."""
+
+    changed = Signal()
+    refused = Signal(str, str)  # the problem, the fix
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("AttachmentsBar")
+        self.attachments: list[Attachment] = []
+        self.counter = counter_for(None)
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setObjectName("AttachButton")
+        self.attach_button.setToolTip("Attach text, code, Markdown, CSV or PDF files (or drop or paste them on the "
+                                      "prompt). Images need a vision model; the loaded one reads text only.")
+        self.attach_button.clicked.connect(self.choose_files)
+        self._row = QHBoxLayout(self)
+        self._row.setContentsMargins(0, 0, 0, 0)
+        self._row.addWidget(self.attach_button)
+        self._row.addStretch(1)
+
+    choose = Signal(list)  # list[Path] the user picked: the window counts them with the model's tokenizer
+
+    def choose_files(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", "", FILE_FILTER)
+        if paths:
+            self.choose.emit([Path(p) for p in paths])
+
+    def add_paths(self, paths: list[Path]) -> None:
+        for path in paths:
+            try:
+                self.attachments.append(read_attachment(path))
+            except AttachmentError as exc:
+                self.refused.emit(f"{exc.name} was not attached: {exc.problem}", exc.fix)
+        self._show()
+
+    def remove(self, index: int) -> None:
+        del self.attachments[index]
+        self._show()
+
+    def clear(self) -> None:
+        self.attachments.clear()
+        self._show()
+
+    def tokens(self) -> int:
+        return sum(self.counter.count(a.text) for a in self.attachments)
+
+    def question(self, text: str) -> str:
+        return question_with_files(text, self.attachments)
+
+    def _show(self) -> None:
+        while self._row.count() > 2:  # the button and the stretch stay
+            item = self._row.takeAt(1)
+            widget = item.widget() if item is not None else None
+            if widget is not None:
+                widget.deleteLater()
+        for index, attached in enumerate(self.attachments):
+            self._row.insertWidget(1 + index, self._chip(index, attached))
+        self.changed.emit()
+
+    def _chip(self, index: int, attached: Attachment) -> QWidget:
+        chip = QWidget()
+        chip.setObjectName("AttachmentChip")
+        row = QHBoxLayout(chip)
+        row.setContentsMargins(4, 0, 0, 0)
+        tokens = self.counter.count(attached.text)
+        label = QLabel()
+        label.setTextFormat(Qt.TextFormat.PlainText)  # a file's name is outside text
+        label.setText(f"📄 {attached.name} · {_size(attached.size_bytes)} · "
+                      f"{'' if self.counter.exact else '≈'}{tokens:,} tokens")
+        remove = QToolButton()
+        remove.setText("✕")
+        remove.setToolTip("Remove this file")
+        remove.clicked.connect(lambda: self.remove(index))
+        row.addWidget(label)
+        row.addWidget(remove)
+        return chip
+
+
+def _size(size: int) -> str:
+    return f"{size:,} B" if size < 1024 else f"{size / 1024:,.1f} KiB" if size < 1 << 20 else f"{size / 2**20:,.1f} MiB"
