@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QObject, Signal
+
 from app.core.settings.settings import ToolsConfig, ToolServer
 from app.tools.mcp_client import McpToolbox, ServerState, ToolInfo, ToolResult
 from app.ui.controllers.operations import Operation, run_on

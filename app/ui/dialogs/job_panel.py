@@ -1,9 +1,10 @@
 """Long jobs as child processes: `python -m app <command> --progress-jsonl` in its own session.
 
 JobProcess reads the job's lines on two reader threads and hands them to the GUI thread as queued Qt
-signals (a stream of lines, which the runner's one-result operations don't model); the wait for the job's end
-is an operation of the one runner, whose result lands on the GUI thread; cancelling sends SIGTERM to the whole process group, then SIGKILL after a grace period,
-so a job and the engine processes it started end together. JobPanel is Run, Cancel and progress.
+signals: a stream of lines, which the runner's one-result operations don't model. The wait for the job's end
+is an operation of the one runner (app.ui.controllers.operations). Cancelling sends SIGTERM to the whole
+process group, then SIGKILL after a grace period, so a job and the engine processes it started end together.
+JobPanel is Run, Cancel and progress.
 """
 
 from __future__ import annotations
