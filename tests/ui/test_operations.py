@@ -123,3 +123,19 @@ def test_an_awaited_operation_gives_the_awaiting_code_its_result_or_its_error(qt
         task = ui_loop.create_task(steps())
         qtbot.waitUntil(task.done, timeout=5000)
     assert outcomes == [1, ZeroDivisionError]
+
+
+def test_an_unhandled_failure_shows_in_the_window_banner_as_plain_text(qtbot, make_window) -> None:
+    """Bug caught: a failure with no handler that the window never showed, or whose exception text (from a
+    server or a file) was rendered as markup in the banner."""
+    from app.engine.scripted import ScriptedEngineDouble
+
+    window = make_window(ScriptedEngineDouble(), start=False)
+
+    def broken() -> None:
+        raise OSError("<b>bold</b> reply from a server")
+
+    run_blocking("Fetching the list", broken)
+    qtbot.waitUntil(window.banner.isVisible, timeout=5000)
+    assert "Fetching the list failed: &lt;b&gt;bold&lt;/b&gt; reply from a server" in window.banner.text()
+    assert "log folder" in window.banner.text()
