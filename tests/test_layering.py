@@ -52,6 +52,9 @@ INSIDE = {
     "ui.chat": {"ui.chat", "ui.controllers"},
     "ui.dialogs": {"ui.dialogs", "ui.chat", "ui.controllers"},
 }
+# The one way into ui/ from commands/: the window's start-up, for `nalar` itself and for `nalar bench ui`.
+UI_ENTRY = "app.ui.app_main"
+UI_ENTRY_USERS = {"app.commands.cli", "app.commands.bench"}
 # Which folders may import Qt: the window, and the one command that benchmarks it.
 QT_ALLOWED = {"ui"}
 QT_ALLOWED_MODULES = {"app.commands.bench"}
@@ -209,6 +212,22 @@ def test_no_import_goes_up_a_layer_or_brings_qt_below_the_window(app_graph: dict
     engine process depended on the CLI and a benchmark rode the production pipe; engine code importing Qt can't
     run in `nalar doctor` or the engine process without a display."""
     assert wrong_way_imports(app_graph) == []
+
+
+def commands_into_the_window(graph: dict[str, list[str]]) -> list[str]:
+    """Imports from commands/ into ui/ other than the start-up entry, or from a command that isn't its user."""
+    return [f"{module} imports {name}" for module, imported in graph.items() if module.startswith("app.commands")
+            for name in imported if name.startswith("app.ui")
+            and (name != UI_ENTRY or module not in UI_ENTRY_USERS)]
+
+
+def test_commands_reach_the_window_only_through_its_start_up(app_graph: dict[str, list[str]]) -> None:
+    """Bug caught: `nalar bench ui` built its own QApplication and qasync loop (a copy of app_main) and imported
+    MainWindow and ChatView, so a change to the start-up or the window's insides broke the benchmark unseen."""
+    assert commands_into_the_window(app_graph) == []
+    assert commands_into_the_window({"app.commands.bench": ["app.ui.main_window"],
+                                     "app.commands.doctor": [UI_ENTRY]}) == [
+        "app.commands.bench imports app.ui.main_window", f"app.commands.doctor imports {UI_ENTRY}"]
 
 
 def test_each_folder_keeps_its_parts_apart(app_graph: dict[str, list[str]]) -> None:

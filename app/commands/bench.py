@@ -103,42 +103,34 @@ _QT: tuple[Any, Any] | None = None  # the UI benches share one QApplication and 
 
 
 def _qt_app() -> Any:
-    """The Qt app and its qasync loop, made once; ``close_ui_loop`` closes the loop before Qt goes (closed after
-    its Qt objects, qasync raised "Signal source has been deleted" at exit)."""
-    import asyncio
-
-    import qasync
-    from PySide6.QtWidgets import QApplication
-
+    """The app's own Qt start-up (app_main.start_qt), made once; ``close_ui_loop`` ends it."""
     global _QT
     if _QT is not None:
         return _QT
-
     if not (os.environ.get("QT_QPA_PLATFORM") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         # Without a display Qt's plugin loader aborts the process; the UI benches measure the
         # event loop, not drawing, so the offscreen platform serves them as well.
         os.environ["QT_QPA_PLATFORM"] = "offscreen"
         print("nalar bench: no display found; using Qt's offscreen platform", file=sys.stderr)
-    app = QApplication.instance() or QApplication([sys.argv[0]])
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
-    _QT = app, loop
+    from app.ui.app_main import start_qt
+
+    _QT = start_qt([sys.argv[0]])
     return _QT
 
 
 def close_ui_loop() -> None:
     global _QT
     if _QT is not None:
-        import asyncio
+        from app.ui.app_main import close_qt
 
-        from app.ui.app_main import cancel_pending_tasks
-
-        app, loop = _QT
-        loop.run_until_complete(cancel_pending_tasks())
-        loop.close()
-        asyncio.set_event_loop(None)
-        app.processEvents()
+        close_qt(*_QT)
         _QT = None
+
+
+def _send(window: Any, text: str) -> None:
+    """As the user sends: the prompt typed, then the "send" action (Ctrl+Return, Chat → Send)."""
+    window.prompt.setPlainText(text)
+    window.menus.trigger("send")
 
 
 class StallMeter:
@@ -196,26 +188,25 @@ def synthetic_words(count: int) -> list[str]:
 
 def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any]:
     from app.engine.scripted import Script, ScriptedEngineDouble
-    from app.ui.main_window import MainWindow
+    from app.ui.app_main import open_window
 
     app, loop = _qt_app()
     words = synthetic_words(int(rate * seconds))
     thinking = words[: len(words) // 5]
     answer = words[len(words) // 5:]
     script = Script(["<think>", *thinking, "</think>", *answer], tokens_per_second=rate)
-    window = MainWindow(ScriptedEngineDouble([script]), Settings())
-    window.show()
+    window = open_window(ScriptedEngineDouble([script]), Settings())
     meter = StallMeter()
     finished: list[Any] = []
     window.reply_finished.connect(finished.append)
-    window.controller.start_engine()
+    window.menus.trigger("restart_engine")
     _wait(loop, window.controls.send_button.isEnabled, 30)
     # A conversation of its own: appended to the last one in the history, the stall measured the
     # re-render of every earlier run's 50,000-token reply (330 ms for 560 KB), not the stream.
-    window.session.store.new_conversation()
+    window.menus.trigger("new_conversation")
     meter.start()
     started = time.perf_counter()
-    window.send("synthetic")
+    _send(window, "synthetic")
     _wait(loop, lambda: bool(finished), seconds * 4 + 30)
     elapsed = time.perf_counter() - started
     stall = meter.stop()
@@ -231,12 +222,12 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
 def bench_ui_thread(answer_words: int = 500) -> dict[str, Any]:
     """A send in a long conversation: the thread above the live reply gains one reply and one question."""
     from app.core.chat.conversation import Conversation, Turn
-    from app.ui.chat.chat_view import ChatView
+    from app.engine.scripted import ScriptedEngineDouble
+    from app.ui.app_main import open_window
 
     app, _ = _qt_app()
-    view = ChatView()
-    view.resize(1000, 800)
-    view.show()
+    window = open_window(ScriptedEngineDouble(), Settings())  # never started: only its chat view is timed
+    view = window.chat_view
     view.render_thread(Conversation(turns=[Turn("warm-up", answer="x")]))  # fonts load once, not in a figure
     result: dict[str, Any] = {"benchmark": "ui-thread", "answer_words": answer_words}
     for turns in (10, 30, 60):
@@ -248,7 +239,7 @@ def bench_ui_thread(answer_words: int = 500) -> dict[str, Any]:
         started = time.perf_counter()
         view.start_reply(conversation)
         result[f"send after {turns} turns: ms"] = round((time.perf_counter() - started) * 1000, 1)
-    view.close()
+    window.close()
     return result
 
 
@@ -260,30 +251,29 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
     to its last token.
     """
     from app.engine.process.bench_entry import BenchEngineProcess
-    from app.ui.main_window import MainWindow
+    from app.ui.app_main import open_window
 
     app, loop = _qt_app()
     host = BenchEngineProcess()  # the app's local engine, vLLM in a child process, plus raw AsyncLLM runs
     settings = Settings(engine=_model_config(), sampling=SamplingConfig(think_budget=0, max_tokens=tokens))
-    window = MainWindow(host, settings)
-    window.show()
+    window = open_window(host, settings)
     meter = StallMeter()
     finished: list[Any] = []
     window.reply_finished.connect(finished.append)
     raw, through_window, parent_cpu, engine_front_cpu = [], [], [], []
     me = psutil.Process()
     meter.start()
-    window.controller.start_engine()
+    window.menus.trigger("restart_engine")
     _wait(loop, window.controls.send_button.isEnabled, 600)
     load_stall = meter.stop()
     front = psutil.Process(host.pid)  # vLLM's engine client (AsyncLLM and the reply layer), not EngineCore
     for index in range(repeats):
-        window.session.store.new_conversation()
+        window.menus.trigger("new_conversation")
         finished.clear()
         prompt = f"{COUNTING} ({index})"
         cpu_before, front_before = sum(me.cpu_times()[:2]), sum(front.cpu_times()[:2])
         sent = time.perf_counter()
-        window.send(prompt)
+        _send(window, prompt)
         _wait(loop, lambda: bool(finished), 600)
         elapsed = time.perf_counter() - sent
         parent_cpu.append((sum(me.cpu_times()[:2]) - cpu_before) / elapsed)

@@ -1,4 +1,8 @@
-"""Start the Qt application under qasync, show the window at once, then load the engine."""
+"""Start the Qt application under qasync, show the window at once, then load the engine.
+
+``start_qt`` and ``open_window`` are the one start-up, shared by the app and ``nalar bench ui`` (which also
+closes with ``close_qt``): this module is the only way into ``ui/`` from ``commands/``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING, cast
 
 import qasync
 from PySide6.QtCore import QTimer
@@ -19,6 +24,10 @@ from app.core.settings.settings import Settings, load_settings, save_settings, s
 from app.engine.base import EngineBase
 from app.engine.machine.capability import HardwareProbe
 
+if TYPE_CHECKING:
+    from app.core.settings.keystore import KeyStore
+    from app.ui.main_window import MainWindow
+
 log = logging.getLogger(__name__)
 ICON = resources_dir() / "nalar.svg"
 
@@ -26,10 +35,7 @@ ICON = resources_dir() / "nalar.svg"
 def run_app(argv: list[str], *, process_started: float, engine: EngineBase | None = None,
             report_startup: bool = False) -> int:
     """Run the window until it closes. vllm and torch are imported only after it is shown."""
-    app = QApplication.instance() or QApplication(argv)
-    QApplication.setApplicationName("Nalar")
-    QApplication.setDesktopFileName("nalar")
-    QApplication.setWindowIcon(QIcon(str(ICON)))
+    app, loop = start_qt(argv)
     first_run = not settings_path().exists()
     settings, notice = load_settings()
     welcome = False
@@ -50,15 +56,10 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
 
         engine = build_engine(settings.backends, keys)
 
-    from app.ui.main_window import MainWindow
-
-    window = MainWindow(engine, settings, notice, keys=keys)
-    window.show()
+    window = open_window(engine, settings, notice, keys)
     if keys.notice:  # a profile needed a key and there is no keyring to read it from
         window.show_notice(keys.notice)
 
-    loop = qasync.QEventLoop(app)
-    asyncio.set_event_loop(loop)
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
 
@@ -84,6 +85,36 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
         loop.run_until_complete(cancel_pending_tasks())  # an abandoned engine start, a slot mid-await
     window.controller.bridge.close()  # idempotent: the window's closeEvent usually did it already
     return 0
+
+
+def start_qt(argv: list[str]) -> tuple[QApplication, qasync.QEventLoop]:
+    """The QApplication (made once) with Nalar's name and icon, and a qasync loop over it as asyncio's loop."""
+    app = cast(QApplication, QApplication.instance() or QApplication(argv))
+    QApplication.setApplicationName("Nalar")
+    QApplication.setDesktopFileName("nalar")
+    QApplication.setWindowIcon(QIcon(str(ICON)))
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    return app, loop
+
+
+def open_window(engine: EngineBase, settings: Settings, notice: str | None = None,
+                keys: KeyStore | None = None) -> MainWindow:
+    """The main window on ``engine``, shown; the engine starts when its "restart_engine" action runs."""
+    from app.ui.main_window import MainWindow
+
+    window = MainWindow(engine, settings, notice, keys=keys)
+    window.show()
+    return window
+
+
+def close_qt(app: QApplication, loop: qasync.QEventLoop) -> None:
+    """End a loop that ``start_qt`` made and that is not running: its tasks first, then the loop, before Qt's
+    objects go (closed after them, qasync raised "Signal source has been deleted" at exit)."""
+    loop.run_until_complete(cancel_pending_tasks())
+    loop.close()
+    asyncio.set_event_loop(None)
+    app.processEvents()
 
 
 async def cancel_pending_tasks(timeout: float = 2.0) -> None:

@@ -9,12 +9,13 @@ that own their state (``chat_view``, ``controls``, ``status_bar``); the window f
 
 from __future__ import annotations
 
+import html
 import logging
 import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QCloseEvent, QGuiApplication
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QInputDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
@@ -34,6 +35,7 @@ from app.ui.chat.reply_controls import ReplyControls
 from app.ui.chat.status_bar import EngineStatusBar
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
+from app.ui.controllers.operations import OperationError, runner
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.window_menus import WindowMenus
 
@@ -44,6 +46,12 @@ class MainWindow(QMainWindow):
     """The window users live in. All engine traffic goes through the controller's bridge."""
 
     reply_finished = Signal(object)  # Finished, after the window has shown it (for tests and benches)
+    # Declared here for the action table's handlers, which mypy checks before __init__ (an import cycle).
+    controller: EngineController
+    session: ChatSession
+    menus: WindowMenus
+    prompt: PromptEdit
+    chat_view: ChatView
 
     def __init__(self, engine: EngineBase, settings: Settings, settings_notice: str | None = None,
                  history: HistoryStore | None = None, keys: KeyStore | None = None) -> None:
@@ -113,6 +121,7 @@ class MainWindow(QMainWindow):
         controller.engine_stopped.connect(self.on_engine_stopped)
         controller.notice.connect(self.show_notice)
         controller.api_url_changed.connect(self.status_bar.show_api_url)
+        runner().unhandled.connect(self.show_operation_error)
         store = session.store
         store.current_changed.connect(self.show_conversation)
         session.reply_started.connect(self.on_reply_started)
@@ -131,7 +140,7 @@ class MainWindow(QMainWindow):
         controls.stop_button.clicked.connect(session.stop)
         controls.answer_now_button.clicked.connect(session.answer_now)
         controls.regenerate_button.clicked.connect(session.regenerate)
-        controls.copy_button.clicked.connect(lambda: QGuiApplication.clipboard().setText(session.reply.answer))
+        controls.copy_button.clicked.connect(lambda: self.menus.trigger("copy_answer"))
         self.banner.action_clicked.connect(controller.retry)
         lst = self.conversation_list
         lst.new_button.clicked.connect(store.new_conversation)
@@ -167,7 +176,7 @@ class MainWindow(QMainWindow):
                                 has_turns=bool(session.store.last_turn), has_answer=bool(session.reply.answer),
                                 awaiting_tools=session.awaiting_tools)
         self.conversation_list.setEnabled(not streaming)
-        self.menus.restart_action.setEnabled(not streaming)
+        self.menus.actions["restart_engine"].setEnabled(not streaming)
 
     def on_engine_starting(self) -> None:
         self.banner.hide()
@@ -190,6 +199,9 @@ class MainWindow(QMainWindow):
         self.controls.think_switch.show_family(model_family(ready.model))
         self.refresh_state()
         self.prompt.setFocus()
+
+    def show_operation_error(self, error: OperationError) -> None:
+        self.banner.show_problem(html.escape(error.message), html.escape(error.fix))  # exception text is plain
 
     def show_notice(self, text: str) -> None:
         self.notice_label.setText(text)

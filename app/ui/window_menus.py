@@ -1,59 +1,71 @@
-"""The main window's menu bar and what its entries open: Settings, the model chooser, Measure FP8…,
-conversation export and the log folder. The menus get the objects that own the state (the engine
-controller, the chat session, the tool servers, the gauges), never the window's internals; each dialog
-changes settings through ``EngineController.apply_settings``."""
+"""The main window's menu bar, built from the action table (app.ui.actions), and what its entries open:
+Settings, the model chooser, Measure FP8…, conversation export, the shortcut list and the log folder. The
+dialogs get the objects that own the state (the engine controller, the chat session, the tool servers, the
+gauges), never the window's internals; each dialog changes settings through ``EngineController.apply_settings``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QUrl
-from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMainWindow
+from PySide6.QtGui import QAction, QDesktopServices
+from PySide6.QtWidgets import QFileDialog
 
 from app.core.chat.history import export_json, export_markdown
 from app.core.settings import paths
+from app.ui.actions import ACTIONS, BY_ID, MENUS, Action, shortcut_rows
 from app.ui.chat.gauges import GaugeBar
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.dialogs.measure_dialog import MeasureDialog
 from app.ui.dialogs.settings_dialog import SettingsDialog
+from app.ui.dialogs.shortcuts_dialog import ShortcutsDialog
 from app.ui.dialogs.welcome_dialog import WelcomeDialog
+
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
 
 
 class WindowMenus(QObject):
-    """File, Engine and Help, built on ``window``'s menu bar; the dialogs they open are ``window``'s children."""
+    """The menu bar built from the action table (app.ui.actions); the dialogs it opens are ``window``'s children.
 
-    def __init__(self, window: QMainWindow, controller: EngineController, session: ChatSession,
+    ``actions`` holds each action's QAction by id; ``trigger(id)`` fires it as a click or its shortcut would.
+    """
+
+    def __init__(self, window: MainWindow, controller: EngineController, session: ChatSession,
                  tools: ToolsController, gauges: GaugeBar) -> None:
         super().__init__(window)
         self.window = window
         self.controller, self.session, self.tools, self.gauges = controller, session, tools, gauges
         self.measure_dialog: MeasureDialog | None = None
-        file_menu = window.menuBar().addMenu("&File")
-        preferences = QKeySequence(QKeySequence.StandardKey.Preferences)  # empty on Linux: Ctrl+, as Linux apps use
-        file_menu.addActions([
-            self._action("&New conversation", session.store.new_conversation, QKeySequence.StandardKey.New),
-            self._action("&Settings…", self.open_settings,
-                         QKeySequence("Ctrl+,") if preferences.isEmpty() else preferences),
-            self._action("Export conversation as &Markdown…", lambda: self.export_conversation("md")),
-            self._action("Export conversation as &JSON…", lambda: self.export_conversation("json")),
-            self._action("&Quit", window.close, QKeySequence.StandardKey.Quit)])
-        engine_menu = window.menuBar().addMenu("&Engine")
-        self.restart_action = self._action("&Restart engine", lambda: controller.start_engine())
-        engine_menu.addActions([self.restart_action, self._action("Choose &model…", lambda: self.open_model_chooser()),
-                                self._action("Measure &FP8…", lambda: self.open_measure_dialog())])
-        window.menuBar().addMenu("&Help").addAction(self._action("Open &log folder", self.open_log_folder))
+        self.table = dict(BY_ID)  # id → Action: what each QAction runs, looked up when it fires
+        self.actions: dict[str, QAction] = {}
+        for menu_name in MENUS:
+            menu = window.menuBar().addMenu(f"&{menu_name}")
+            for action in ACTIONS:
+                if action.menu == menu_name:
+                    menu.addAction(self._action(action))
 
-    def _action(self, text: str, slot: Callable[[], object],
-                shortcut: QKeySequence | QKeySequence.StandardKey | None = None) -> QAction:
-        action = QAction(text, self.window)
-        if shortcut is not None:
-            action.setShortcut(QKeySequence(shortcut))
-        action.triggered.connect(slot)
-        return action
+    def _action(self, action: Action) -> QAction:
+        qaction = QAction(action.title, self.window)
+        qaction.setObjectName(action.id)
+        qaction.setShortcut(action.keys())
+        qaction.triggered.connect(lambda _checked=False, key=action.id: self.table[key].handler(self.window))
+        self.actions[action.id] = qaction
+        return qaction
+
+    def trigger(self, action_id: str) -> None:
+        """Run an action by id through its QAction: a disabled one does nothing, as for the user."""
+        self.actions[action_id].trigger()
+
+    def open_shortcuts(self) -> ShortcutsDialog:
+        dialog = ShortcutsDialog(shortcut_rows(), parent=self.window)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
 
     def open_settings(self) -> SettingsDialog:
         controller, tools = self.controller, self.tools

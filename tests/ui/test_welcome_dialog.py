@@ -228,7 +228,7 @@ def test_closing_mid_download_stops_it_and_keeps_the_bytes_for_next_time(qtbot, 
     qtbot.waitUntil(lambda: dialog.progress.value() > 50, timeout=60_000)
     worker = dialog._worker
     dialog.close()
-    assert not worker.is_alive() and not dialog.isVisible()
+    assert not worker.running and not dialog.isVisible()
     assert dialog.result() == dialog.DialogCode.Rejected and dialog.engine_update == {}
     again = WelcomeDialog(probe, check_hub=False)
     assert "already downloaded: resumes" in again.item_for(SMALLEST).text()

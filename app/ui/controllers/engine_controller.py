@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject, QTimer, Signal
 from qasync import asyncSlot
 
-from app.core.loop_thread import on_engine
 from app.core.models.model_families import model_family, with_card_sampling
 from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import EngineConfig, Settings, changed, save_settings
@@ -24,6 +23,7 @@ from app.engine.base import SHUTDOWN_GRACE_S, EngineBase
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import EngineErrorEvent
 from app.ui.controllers.bridge import EngineBridge
+from app.ui.controllers.operations import run_blocking, run_on
 
 if TYPE_CHECKING:
     from app.server.api_server import LocalApiServer
@@ -162,8 +162,8 @@ class EngineController(QObject):
         old = self.bridge.engine
         self.starting.emit()
         await self.stop_api_server()
-        await on_engine(old.loop_thread, old.shutdown())
-        await asyncio.get_running_loop().run_in_executor(None, old.close)
+        await run_on(old.loop_thread, "Shutting the previous backend down", old.shutdown(), parent=self)
+        await run_blocking("Ending the previous backend's processes", old.close, parent=self)
         self.bridge.set_engine(engine)
         await self.start_engine(self.settings.engine)
 
@@ -199,7 +199,7 @@ class EngineController(QObject):
         engine = self.bridge.engine
         server = LocalApiServer(engine, self.keys.api_server_token(), wanted.port, self.settings.sampling)
         try:
-            await on_engine(engine.loop_thread, server.start())
+            await run_on(engine.loop_thread, "Starting the local API server", server.start(), parent=self)
         except OSError as exc:
             self.notice.emit(f"The local API server could not listen on 127.0.0.1:{wanted.port} ({exc.strerror}). "
                              "Choose another port in Settings.")
@@ -211,7 +211,7 @@ class EngineController(QObject):
         server, self.api_server = self.api_server, None
         self.api_url_changed.emit("")
         if server is not None and server.engine.loop_thread.alive:
-            await on_engine(server.engine.loop_thread, server.stop())
+            await run_on(server.engine.loop_thread, "Stopping the local API server", server.stop(), parent=self)
 
     def close(self) -> None:
         """Stop the API server and shut the engine down (its processes too); blocks a few seconds at most."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QObject, Signal
-from qasync import asyncSlot
 
-from app.core.loop_thread import on_engine
 from app.core.settings.settings import ToolsConfig, ToolServer
 from app.tools.mcp_client import McpToolbox, ServerState, ToolInfo, ToolResult
+from app.ui.controllers.operations import Operation, run_on
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +29,13 @@ class ToolsController(QObject):
         self.states: dict[str, ServerState] = {}
         self.connecting = False
 
-    @asyncSlot()
-    async def configure(self, servers: tuple[ToolServer, ...]) -> None:
+    def configure(self, servers: tuple[ToolServer, ...]) -> Operation[dict[str, ServerState]] | None:
         """Connect to ``servers`` (unchanged ones are kept); each server's tools or problem lands in ``states``."""
-        await self.connect_servers(servers)
+        if not self.toolbox.loop_thread.alive:
+            return None
+        self.connecting = True
+        return run_on(self.toolbox.loop_thread, "Connecting the tool servers", self.toolbox.configure(servers),
+                      parent=self).success(self._connected).failure(self._not_connected)
 
     def sync(self, wanted: tuple[ToolServer, ...], before: tuple[ToolServer, ...] | None = None) -> None:
         """Connect the servers the settings name, and only those: after a settings change (``before``: the
@@ -41,19 +43,20 @@ class ToolsController(QObject):
         if wanted != before or set(self.states) != {server.name for server in wanted}:
             self.configure(wanted)
 
-    async def connect_servers(self, servers: tuple[ToolServer, ...]) -> dict[str, ServerState]:
-        if not self.toolbox.loop_thread.alive:
-            return {}
-        self.connecting = True
-        try:
-            self.states = await on_engine(self.toolbox.loop_thread, self.toolbox.configure(servers))
-        finally:
-            self.connecting = False
+    def _connected(self, states: dict[str, ServerState]) -> None:
+        self.connecting = False
+        self.states = states
         self.servers_changed.emit()
         problems = [f"{name}: {state.problem}" for name, state in self.states.items() if state.problem]
         if problems:
             self.notice.emit("A tool server is unavailable — " + "; ".join(problems))
-        return self.states
+
+    def _not_connected(self, exc: Exception) -> None:
+        """A bug in the toolbox (each server's own problem is in its state): the runner logged it."""
+        self.connecting = False
+        self.servers_changed.emit()
+        self.notice.emit(f"The tool servers could not be connected ({type(exc).__name__}: {exc}). "
+                         "See the log folder (Help → Open log folder).")
 
     def offered(self, config: ToolsConfig) -> list[ToolInfo]:
         """The tools switched on, of servers as saved in ``config``; one per name (a later server's tool of the
@@ -68,7 +71,8 @@ class ToolsController(QObject):
         return list(tools.values())
 
     async def call(self, tool: ToolInfo, arguments: str, timeout: float) -> ToolResult:
-        return await on_engine(self.toolbox.loop_thread, self.toolbox.call(tool, arguments, timeout))
+        return await run_on(self.toolbox.loop_thread, f"Calling the tool {tool.name}",
+                            self.toolbox.call(tool, arguments, timeout), parent=self)
 
     def close(self) -> None:
         """Blocking: every server process ends with the window."""

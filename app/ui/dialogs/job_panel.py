@@ -1,8 +1,10 @@
 """Long jobs as child processes: `python -m app <command> --progress-jsonl` in its own session.
 
-JobProcess reads the job's lines on plain threads and hands them to the GUI thread as queued Qt
-signals; cancelling sends SIGTERM to the whole process group, then SIGKILL after a grace period,
-so a job and the engine processes it started end together. JobPanel is Run, Cancel and progress.
+JobProcess reads the job's lines on two reader threads and hands them to the GUI thread as queued Qt
+signals: a stream of lines, which the runner's one-result operations don't model. The wait for the job's end
+is an operation of the one runner (app.ui.controllers.operations). Cancelling sends SIGTERM to the whole
+process group, then SIGKILL after a grace period, so a job and the engine processes it started end together.
+JobPanel is Run, Cancel and progress.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from PySide6.QtWidgets import (
 from qasync import asyncSlot
 
 from app.core.measure.job_lines import JobLine, parse_job_line
+from app.ui.controllers.operations import Operation, run_blocking
 
 STDERR_TAIL_LINES = 40
 CANCEL_GRACE_S = 15.0  # the bench closes its engine on SIGTERM; vLLM's own shutdown waits up to 5 s
@@ -88,6 +91,7 @@ class JobProcess(QObject):
         self.cancelled = False
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._threads: list[threading.Thread] = []
+        self._waiter: Operation[tuple[int, str]] | None = None
         self._quiet = False  # set when the owner goes away: no more signals
         self._kill_timer = QTimer(self)
         self._kill_timer.setSingleShot(True)
@@ -104,9 +108,9 @@ class JobProcess(QObject):
                    threading.Thread(target=self._read_stderr, name="job-stderr", daemon=True)]
         for thread in readers:
             thread.start()
-        waiter = threading.Thread(target=self._wait, args=(readers,), name="job-wait", daemon=True)
-        waiter.start()
-        self._threads = [*readers, waiter]
+        self._threads = readers
+        self._waiter = run_blocking("Running the job", lambda: self._wait(readers), parent=self).success(
+            self._on_ended)
 
     @property
     def running(self) -> bool:
@@ -130,14 +134,18 @@ class JobProcess(QObject):
         for raw in self.proc.stderr:
             self._stderr_tail.append(raw.rstrip("\n"))
 
-    def _wait(self, readers: list[threading.Thread]) -> None:
+    def _wait(self, readers: list[threading.Thread]) -> tuple[int, str]:
+        """The job's exit code and stderr tail, once it and what it started have ended."""
         assert self.proc is not None
         code = self.proc.wait()
         self._end_leftovers()
         for thread in readers:
             thread.join(5)  # a pipe held by a leftover grandchild must not hang us
+        return code, "\n".join(self._stderr_tail)
+
+    def _on_ended(self, ended: tuple[int, str]) -> None:
         if not self._quiet:
-            self.finished.emit(code, "\n".join(self._stderr_tail))
+            self.finished.emit(*ended)
 
     # ---- cancelling --------------------------------------------------------------------------
 
@@ -186,6 +194,8 @@ class JobProcess(QObject):
             self.proc.wait(5)
         for thread in self._threads:
             thread.join(5)
+        if self._waiter is not None:
+            self._waiter.wait(15)
 
 
 class JobPanel(QWidget):

@@ -5,14 +5,14 @@ model that fits, downloads it from the hub with progress, cancel and resume. Wit
 reasoning models sized by RAM, with a speed from the measured memory bandwidth (app.core.models.cpu_catalog).
 Offline, or when nothing fits, it offers the embedded model and says why. Any local model folder works too.
 
-The download runs on a worker thread (plain ``threading``: it only blocks on sockets); its
-progress crosses to the GUI thread through this dialog's signals, which Qt queues.
+The hub check and the download run through the one runner (app.ui.controllers.operations): their outcome
+lands on the GUI thread, and is dropped if the dialog is gone. The download's progress crosses through this
+dialog's ``download_progress`` signal, which Qt queues.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,7 @@ from app.core.models.model_catalog import Recommendation, best, recommendations,
 from app.core.models.planner import GIB
 from app.engine.machine.capability import HardwareProbe, recommended_kv_dtype
 from app.engine.machine.gpu_start import held_by_others
+from app.ui.controllers.operations import Operation, run_blocking
 
 log = logging.getLogger(__name__)
 EMBEDDED = "embedded"
@@ -76,7 +77,7 @@ class WelcomeDialog(QDialog):
         self.kv_cache_dtype = recommended_kv_dtype(probe)
         self.engine_update: dict[str, Any] = {}
         self.download: HubDownload | None = None
-        self._worker: threading.Thread | None = None
+        self._worker: Operation[Path] | None = None
         self._recommendations: list[Recommendation | CpuRecommendation] = []
         self._build()
         self._fill()
@@ -86,8 +87,8 @@ class WelcomeDialog(QDialog):
         self.download_failed.connect(self._on_failed)
         self.download_cancelled.connect(self._on_cancelled)
         if check_hub and self._recommendations:
-            threading.Thread(target=lambda: self._emit(self.reachability_checked, check_reachable()),
-                             name="hub-reachability", daemon=True).start()
+            run_blocking("Checking the model hub", check_reachable, parent=self).success(
+                self.reachability_checked.emit)
 
     # ---- building ----------------------------------------------------------------------------------
 
@@ -202,7 +203,7 @@ class WelcomeDialog(QDialog):
 
     @property
     def downloading(self) -> bool:
-        return self._worker is not None and self._worker.is_alive()
+        return self._worker is not None and self._worker.running
 
     def _on_selection(self, current: QListWidgetItem | None, _previous: QListWidgetItem | None = None) -> None:
         key = current.data(ROLE) if current else None
@@ -264,32 +265,25 @@ class WelcomeDialog(QDialog):
         self.cancel_button.show()
         self.use_button.setEnabled(False)
         self.local_button.setEnabled(False)
-        self._worker = threading.Thread(target=self._download, args=(self.download,), name="model-download",
-                                        daemon=True)
-        self._worker.start()
+        self._worker = run_blocking(f"Downloading {repo_id}", self.download.run, parent=self).success(
+            self.download_finished.emit).failure(self._download_failed)
 
     @staticmethod
     def _emit(signal: Any, *args: object) -> None:
-        """From a worker thread: the dialog may have been closed and deleted meanwhile; then nobody listens."""
+        """Progress, from the download's thread: the dialog may have been closed and deleted meanwhile."""
         try:
             signal.emit(*args)
         except RuntimeError:
             log.debug("welcome dialog gone; dropped a worker result")
 
-    def _download(self, download: HubDownload) -> None:
-        """On the worker thread: only signals leave it."""
-        try:
-            folder = download.run()
-        except DownloadCancelled:
-            self._emit(self.download_cancelled)
-        except DownloadError as exc:
-            self._emit(self.download_failed, str(exc))
-        except Exception as exc:  # a bug: log it, still tell the user something useful
-            log.exception("download of %s failed", download.repo_id)
-            self._emit(self.download_failed, f"The download failed unexpectedly ({type(exc).__name__}: {exc}). "
-                       "Retry; the log folder has the details.")
-        else:
-            self._emit(self.download_finished, folder)
+    def _download_failed(self, exc: Exception) -> None:
+        if isinstance(exc, DownloadCancelled):
+            self.download_cancelled.emit()
+        elif isinstance(exc, DownloadError):
+            self.download_failed.emit(str(exc))
+        else:  # a bug (the runner logged it): still tell the user something useful
+            self.download_failed.emit(f"The download failed unexpectedly ({type(exc).__name__}: {exc}). "
+                                      "Retry; the log folder has the details.")
 
     def cancel_download(self) -> None:
         if self.download is not None:
@@ -303,7 +297,7 @@ class WelcomeDialog(QDialog):
 
     def _download_ended(self) -> None:
         if self._worker is not None:
-            self._worker.join(10)
+            self._worker.wait(10)
         self._worker = None
         self.cancel_button.hide()
         self.cancel_button.setEnabled(True)
@@ -338,5 +332,5 @@ class WelcomeDialog(QDialog):
         """Closing mid-download cancels it (the bytes stay for next time) and waits for the thread."""
         if self.downloading and self.download is not None:
             self.download.cancel()
-            self._worker.join(10)  # type: ignore[union-attr]
+            self._worker.wait(10)  # type: ignore[union-attr]
         super().done(result)
