@@ -21,7 +21,7 @@ import pytest
 
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.base import Message
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
 from app.engine.events import (
     AnswerDelta,
     EngineErrorEvent,
@@ -41,7 +41,7 @@ from app.engine.scripted import Script, ScriptedEngineDouble
 CONFIG = EngineConfig(model="/models/x", kv_cache_dtype="fp8_e4m3", max_model_len=4096)
 SAMPLING = SamplingConfig(think_budget=64, max_tokens=32).with_loop_guard(action="stop")
 FAILURE = EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, "This machine can't run an FP8 KV cache.",
-                        "Use KV cache dtype 'auto' (bf16).", {"kv_cache_dtype": "auto"})
+                        "Use KV cache dtype 'auto' (bf16).", EngineFix(kv_cache_dtype="auto"))
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 READY = EngineReady("m", "fp8_e4m3", 4096, 46_592, 11.4, 1.5)
 

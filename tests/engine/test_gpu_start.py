@@ -17,7 +17,7 @@ import pytest
 from app.core.models.model_catalog import CATALOG
 from app.core.models.planner import GIB, plan_for_folder
 from app.core.settings.settings import EngineConfig
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
 from app.engine.machine import capability, gpu_start
 from app.engine.machine.capability import GpuInfo, HardwareProbe
 from app.engine.machine.gpu_start import Toolchain
@@ -101,7 +101,7 @@ def test_a_driver_older_than_torchs_cuda_is_refused_by_name(monkeypatch: pytest.
     monkeypatch.setattr(gpu_start, "torch_cuda_version", lambda: (13, 0))
     assert gpu_start.driver_cuda_version() == (12, 8)
     with pytest.raises(EngineFailure) as caught:
-        gpu_start.prepare_gpu_start(EngineConfig(), cuda_probe(gpu), None)
+        gpu_start.check_gpu_machine()
     failure = caught.value
     assert failure.kind is FailureKind.DRIVER_TOO_OLD
     assert "CUDA 12.8" in failure.message and "CUDA 13.0" in failure.message and "580" in failure.message
@@ -154,12 +154,13 @@ def test_fp8_is_refused_up_front_where_it_needs_flashinfer_and_no_kernels(cc: tu
     minutes in. On 9.0 FlashAttention 3 runs E4M3 without FlashInfer."""
     monkeypatch.setattr(capability, "_has_flashinfer", lambda: True)
     probe = cuda_probe(rtx("RTX", cc, 24.0, 23.0))
-    reason = gpu_start.fp8_refusal("fp8_e4m3", probe, NO_TOOLS)
-    assert (reason is not None) is refused
-    if reason:
-        assert "download-kernels" in reason and f"{cc[0]}.{cc[1]}" in reason
-    assert gpu_start.fp8_refusal("fp8_e4m3", probe, KERNELS) is None
-    assert gpu_start.fp8_refusal("auto", probe, NO_TOOLS) is None
+    verdict = capability.judge_kv_dtype("fp8_e4m3", probe, kernels=NO_TOOLS.has_kernels)
+    assert (not verdict.works) is refused
+    if not verdict.works:
+        assert "download-kernels" in verdict.fix and f"{cc[0]}.{cc[1]}" in (verdict.reason or "")
+        assert verdict.failure().fallback == EngineFix(kv_cache_dtype="auto")
+    assert capability.judge_kv_dtype("fp8_e4m3", probe, kernels=KERNELS.has_kernels).works
+    assert capability.judge_kv_dtype("auto", probe, kernels=NO_TOOLS.has_kernels).works
 
 
 def test_other_programs_vram_is_shown_only_when_it_matters() -> None:
