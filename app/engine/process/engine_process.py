@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
 from multiprocessing import resource_tracker
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import psutil
 
@@ -33,9 +33,10 @@ from app.engine.machine.orphans import OWNER_ENV, owner_tag, record_engine_proce
 from app.engine.process import process_protocol as protocol
 from app.engine.process import process_server
 from app.engine.reply.reasoning import ReplyTexts
-from app.engine.requests import Resume, ToolChoice, Tools
+from app.engine.requests import MessageSpec, Resume, ToolChoice, ToolChoiceSpec, Tools, ToolSpec
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 ChildMain = Callable[[Any], None]  # the child's main, given its end of the pipe
 
 
@@ -99,7 +100,7 @@ class EngineProcess(EngineBase):
         threading.Thread(target=self._read, args=(ours,), name="nalar-engine-pipe", daemon=True).start()
         log.info("engine process %d started", process.pid)
 
-    def _send(self, message: protocol.ToEngineProcess | protocol.Call) -> None:
+    def _send(self, message: protocol.ToEngineProcess | protocol.Call[Any]) -> None:
         with self._send_lock:
             if self._conn is None or self._process_gone:
                 raise engine_stopped()
@@ -131,7 +132,7 @@ class EngineProcess(EngineBase):
     def _on_status_message(self, message: protocol.Status) -> None:
         self._on_status(message.event)
 
-    def _on_result(self, message: protocol.Result) -> None:
+    def _on_result(self, message: protocol.Result[Any]) -> None:
         future = self._calls.pop(message.call, None)
         if future is not None and not future.done():
             future.set_result(message.value)
@@ -156,7 +157,7 @@ class EngineProcess(EngineBase):
         for queue in self._streams.values():
             queue.put_nowait(None)
 
-    async def _call(self, message: protocol.Call) -> Any:
+    async def _call(self, message: protocol.Call[T]) -> T:
         call = next(self._call_ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call] = future
@@ -165,9 +166,9 @@ class EngineProcess(EngineBase):
         except EngineFailure:
             self._calls.pop(call, None)
             raise
-        return await future
+        return cast(T, await future)  # the child answers a Call[T] with a Result[T]
 
-    async def call(self, message: protocol.Call) -> Any:
+    async def call(self, message: protocol.Call[T]) -> T:
         """A call the child's entry added to its table (a benchmark's: bench_entry); on the engine loop."""
         return await self._call(message)
 
@@ -194,8 +195,11 @@ class EngineProcess(EngineBase):
         finished = False
         try:
             try:
-                self._send(protocol.Generate(rid, list(messages), sampling, ignore_eos=ignore_eos, resume=resume,
-                                             tools=list(tools) if tools else None, tool_choice=tool_choice))
+                self._send(protocol.Generate(
+                    rid, tuple(MessageSpec.from_openai(m) for m in messages), sampling, ignore_eos=ignore_eos,
+                    resume=resume,
+                    tools=tuple(ToolSpec.from_openai(t) for t in tools or ()),
+                    tool_choice=ToolChoiceSpec.from_openai(tool_choice) if tool_choice is not None else None))
             except EngineFailure as failure:
                 finished = True
                 yield EngineErrorEvent(rid, failure)
