@@ -148,10 +148,7 @@ class GaugeBar(QFrame):
             text = "No saturation profile yet: Engine → Measure FP8… → Saturation measures how many chats fit."
         else:
             text = headroom_text(self.saturation_profile, self.kv_cache_dtype or "auto")
-        if self.fp8_scales:
-            text = f"{self.fp8_scales}\n\n{text}"
-        if self.plan:
-            text = f"{self.plan}\n\n{text}"
+        text = "\n\n".join(part for part in (self.fp8_scales, self.plan, text) if part)
         self.kv_bar.setToolTip(text)
         self.kv_label.setToolTip(text)
 
