@@ -61,7 +61,8 @@ def checklist(probe: HardwareProbe, tools: Toolchain, driver: tuple[int, int] | 
                                                  "full share, or lower it in Settings."))
     kernels_detail = tools.kernels or ("none downloaded; nvcc and ninja can build them" if tools.can_build_kernels
                                        else "none downloaded, and no nvcc and ninja to build them")
-    refusal = gpu_start.fp8_refusal(kv_cache_dtype, probe, tools) if gpu is not None else None
+    refusal = (capability.judge_kv_dtype(kv_cache_dtype, probe, kernels=tools.has_kernels).reason
+               if gpu is not None and not tools.has_kernels else None)
     items.append(CheckItem("FlashInfer kernels", tools.has_kernels,
                            kernels_detail + (f". {refusal}" if refusal else
                                              "" if tools.has_kernels else ". The sampler falls back to PyTorch's."),

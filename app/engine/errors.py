@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, fields
+
+from app.core.settings.settings import KV_FALLBACK, EngineConfig, KvCacheDtype, changed
 
 
 class FailureKind(enum.Enum):
@@ -26,16 +29,42 @@ class FailureKind(enum.Enum):
     CONTEXT_TOO_LONG = "context longer than the model's maximum"
 
 
+@dataclass(frozen=True)
+class EngineFix:
+    """A change to the engine settings that a retry tries (None: left as it is). Empty: nothing to try."""
+
+    kv_cache_dtype: KvCacheDtype | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+
+    def changes(self) -> dict[str, object]:
+        """The fields it sets, as ``Settings.with_engine`` takes them (validated there)."""
+        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+
+    def applied_to(self, config: EngineConfig) -> EngineConfig:
+        return changed(config, **self.changes())
+
+    def describe(self) -> str:
+        """"kv_cache_dtype = auto, …" for the banner's retry action."""
+        return ", ".join(f"{name} = {value}" for name, value in self.changes().items())
+
+    def __bool__(self) -> bool:
+        return bool(self.changes())
+
+
+NO_FIX = EngineFix()
+USE_KV_FALLBACK = EngineFix(kv_cache_dtype=KV_FALLBACK)
+
+
 class EngineFailure(Exception):
     """A typed engine error. ``fallback`` is a config change that is known to work, if any."""
 
-    def __init__(self, kind: FailureKind, message: str, fix: str,
-                 fallback: dict[str, object] | None = None) -> None:
+    def __init__(self, kind: FailureKind, message: str, fix: str, fallback: EngineFix = NO_FIX) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.fix = fix
-        self.fallback = fallback or {}
+        self.fallback = fallback
 
     def __reduce__(self) -> tuple[object, ...]:
         # Pickled across the engine process's pipe; Exception's default would pass only the message.
@@ -46,6 +75,12 @@ class EngineFailure(Exception):
 
     def __repr__(self) -> str:
         return f"EngineFailure({self.kind.name}, {self.message!r})"
+
+
+def kv_dtype_unsupported(reason: str, fix: str = "Use KV cache dtype 'auto' (bf16) on this machine."
+                         ) -> EngineFailure:
+    """The one failure for a KV dtype this machine can't run, judged before vLLM or read from its log."""
+    return EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, reason, fix, USE_KV_FALLBACK)
 
 
 def engine_stopped(*, mid_reply: bool = True) -> EngineFailure:

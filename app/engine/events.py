@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from app.core.settings.settings import EngineConfig
 from app.engine.errors import EngineFailure
 
 # loop: cut by the loop guard; tool_calls: the reply ends in calls the caller is to run (Finished.tool_calls)
@@ -25,8 +26,36 @@ class StatusChanged:
 
 
 @dataclass(frozen=True)
+class StartPlan:
+    """What a local start runs with, decided once in the engine process where the facts are (the KV dtype
+    judged for this machine, the context and memory share fitted to what is free now, the kernels), and why.
+
+    ``config`` may differ from the settings for this start only (other programs hold VRAM now); ``notes`` say
+    how and why, one sentence each.
+    """
+
+    config: EngineConfig
+    attention_backend: str | None = None  # what vLLM is expected to choose on a GPU; None on the CPU engine
+    flashinfer_sampler: bool = False  # FlashInfer's top-k/top-p sampler (GPU only; off without its kernels)
+    notes: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()  # (name, value): what the engine and its children run with
+
+    def describe(self) -> str:
+        """The plan in a few lines, for the KV gauge's tooltip and the log."""
+        config = self.config
+        lines = [f"This start: KV cache {config.kv_cache_dtype}, context {config.max_model_len:,} tokens"
+                 + (f", attention {self.attention_backend}" if self.attention_backend else "")
+                 + (", FlashInfer sampler" if self.flashinfer_sampler else "") + "."]
+        return "\n".join([*lines, *self.notes])
+
+
+@dataclass(frozen=True)
 class EngineReady:
-    """The engine is loaded; capacity figures come from vLLM's own config."""
+    """The engine is loaded; capacity figures come from vLLM's own config.
+
+    ``backend`` says which kind answers ("local" or "remote"); ``kv_cache_dtype`` is the local engine's
+    dtype ("" for a remote one, whose cache Nalar can't see). ``plan`` is the local start's StartPlan.
+    """
 
     model: str
     kv_cache_dtype: str
@@ -34,6 +63,8 @@ class EngineReady:
     kv_capacity_tokens: int
     max_concurrency: float
     load_seconds: float
+    backend: Literal["local", "remote"] = "local"
+    plan: StartPlan | None = None
 
 
 @dataclass(frozen=True)

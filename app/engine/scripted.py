@@ -2,8 +2,9 @@
 
 Used only where behaviour must be deterministic: UI tests (tags cut across deltas,
 errors mid-stream, very fast and very slow streams) and the UI throughput benchmark.
-It runs on the same engine loop thread as the real EngineHost and emits the same
-events, through the same splitter, so the UI cannot tell them apart.
+It runs on an engine loop thread of its own in the window's process, where EngineProcess (the real
+engine's handle) runs too, and emits the same typed events through the <think> tag splitter that plain
+models get, so the UI cannot tell them apart.
 """
 
 from __future__ import annotations

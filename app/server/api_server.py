@@ -1,8 +1,10 @@
 """LocalApiServer: the loaded engine as an OpenAI-compatible endpoint on 127.0.0.1, for other apps.
 
-Opt-in. It runs on the engine's own loop thread (aiohttp), calls ``engine.generate`` directly,
-and requires a bearer token. Reasoning stays separate: thinking goes out as ``reasoning`` (vLLM's
-name) and ``reasoning_content`` (DeepSeek's), the answer as ``content``, calls as ``tool_calls``.
+Opt-in. It runs in the window's process, on the loop thread of the engine object it serves (aiohttp),
+and calls that object's ``generate``: for the local engine, EngineProcess, whose replies come over the pipe
+from the engine process. It requires a bearer token. Reasoning stays separate: thinking goes out as
+``reasoning`` (vLLM's name) and ``reasoning_content`` (DeepSeek's), the answer as ``content``, calls as
+``tool_calls``.
 
 A plain reply is what a stream of the same request sends, joined: under the loop guard both keep
 the text sent up to the moment the guard fired, and both mark the loop (``loop_guard``,

@@ -3,8 +3,8 @@
 Layout and wiring only: ``self.session`` (ChatSession) holds the conversations (``session.store``) and the
 reply (``session.reply``, which the chat view observes),
 ``self.controller`` (EngineController) the engine, the settings and the local API server, ``self.tools``
-the tool servers, ``self.menus`` the dialogs. Tests, benches and dialogs use those objects and the widgets
-that own their state (``chat_view``, ``controls``, ``status_bar``); the window forwards nothing.
+the tool servers, ``self.menus`` the dialogs. Tests, benches and dialogs reach those objects and the widgets
+(``chat_view``, ``controls``, ``status_bar``) directly: the window has no methods that only pass calls on.
 """
 
 from __future__ import annotations

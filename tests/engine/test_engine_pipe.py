@@ -21,7 +21,7 @@ import pytest
 
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.base import Message
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
 from app.engine.events import (
     AnswerDelta,
     EngineErrorEvent,
@@ -29,29 +29,33 @@ from app.engine.events import (
     EngineReady,
     Finished,
     LoopDetected,
+    StartPlan,
     StatusChanged,
 )
 from app.engine.process import process_protocol as protocol
 from app.engine.process import process_server
 from app.engine.process.bench_entry import MeasureRaw
 from app.engine.process.engine_process import EngineProcess
-from app.engine.requests import Resume
+from app.engine.requests import MessageSpec, Resume, ToolChoiceSpec, ToolSpec
 from app.engine.scripted import Script, ScriptedEngineDouble
 
 CONFIG = EngineConfig(model="/models/x", kv_cache_dtype="fp8_e4m3", max_model_len=4096)
 SAMPLING = SamplingConfig(think_budget=64, max_tokens=32).with_loop_guard(action="stop")
 FAILURE = EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, "This machine can't run an FP8 KV cache.",
-                        "Use KV cache dtype 'auto' (bf16).", {"kv_cache_dtype": "auto"})
+                        "Use KV cache dtype 'auto' (bf16).", EngineFix(kv_cache_dtype="auto"))
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
-READY = EngineReady("m", "fp8_e4m3", 4096, 46_592, 11.4, 1.5)
+SPECS = tuple(ToolSpec.from_openai(t) for t in TOOLS)
+PLAN = StartPlan(CONFIG, "FLASHINFER", True, ("Other programs use 3.0 GiB of VRAM: starting with 70%.",),
+                 (("PATH", "/usr/bin"),))
+READY = EngineReady("m", "fp8_e4m3", 4096, 46_592, 11.4, 1.5, backend="local", plan=PLAN)
 
 EXAMPLES: list[Any] = [
     protocol.Start(call=1, config=CONFIG, kv_block_size=16),
     protocol.Abort(call=2, request_id="r1"),
     protocol.Shutdown(call=3),
-    protocol.Generate("r2", [{"role": "user", "content": "hi"}], SAMPLING, ignore_eos=True,
-                      resume=Resume("thinking", "kept thought"), tools=TOOLS,
-                      tool_choice={"type": "function", "function": {"name": "get_weather"}}),
+    protocol.Generate("r2", (MessageSpec("user", "hi"),), SAMPLING, ignore_eos=True,
+                      resume=Resume("thinking", "kept thought"), tools=SPECS,
+                      tool_choice=ToolChoiceSpec("function", "get_weather")),
     protocol.Cancel("r2"),
     protocol.AnswerNow("r2"),
     protocol.Exit(),
@@ -60,7 +64,7 @@ EXAMPLES: list[Any] = [
     protocol.Event("r2", Finished("r2", "loop", "kept thought", "")),
     protocol.Status(StatusChanged("loading", "loading model…", 0.2)),
     protocol.EngineDied(start=3),
-    MeasureRaw(call=4, tokens=64, index=0, messages=[{"role": "user", "content": "count"}]),
+    MeasureRaw(call=4, tokens=64, index=0, messages=(MessageSpec("user", "count"),)),
 ]
 
 
@@ -87,6 +91,45 @@ def test_an_engine_failure_keeps_its_kind_fix_and_fallback_across_the_pipe() -> 
         assert isinstance(failure, EngineFailure)
         assert (failure.kind, failure.message, failure.fix, failure.fallback) == (
             FAILURE.kind, FAILURE.message, FAILURE.fix, FAILURE.fallback)
+
+
+def _loose(hint: Any) -> list[str]:
+    """The parts of a type hint that let anything through: Any, or a dict."""
+    if hint is Any or hint is dict or typing.get_origin(hint) is dict:
+        return [str(hint)]
+    return [part for arg in typing.get_args(hint) for part in _loose(arg)]
+
+
+def test_no_field_of_a_pipe_message_is_any_or_a_dict() -> None:
+    """Bug caught: ``Result.value: Any``, ``tools: list[dict]`` and ``fallback: dict`` let anything cross the
+    pipe, so a wrong payload failed far from where it was sent, and mypy checked none of it."""
+    import dataclasses
+
+    from app.engine.errors import EngineFix
+
+    classes = [*typing.get_args(protocol.ToEngineProcess), *typing.get_args(protocol.ToWindow), EngineFix,
+               StartPlan, EngineReady, ToolSpec, ToolChoiceSpec]
+    loose = {f"{cls.__name__}.{name}": parts for cls in classes
+             for name, hint in typing.get_type_hints(cls).items()
+             if dataclasses.is_dataclass(cls) and (parts := _loose(hint))}
+    assert loose == {}
+
+
+def test_tools_and_messages_cross_the_pipe_typed_and_come_back_as_openai_json() -> None:
+    """Bug caught: a tool's description or schema, or a message's calls, call id or thinking, dropped or changed
+    between the window and the child's chat template."""
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather now.",
+                                             "parameters": {"type": "object", "properties": {"city": {}}}}}
+    assert ToolSpec.from_openai(tool).as_openai() == tool
+    history = [{"role": "user", "content": "Weather in Oslo?"},
+               {"role": "assistant", "content": None, "reasoning_content": "Ask the tool.",
+                "tool_calls": [{"id": "c1", "type": "function",
+                                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "4 °C"}, {"role": "user", "content": "x", "name": "n"}]
+    assert [MessageSpec.from_openai(m).as_openai() for m in history] == history
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice in ("auto", "none", "required", named):
+        assert ToolChoiceSpec.from_openai(choice).as_openai() == choice
 
 
 def test_a_message_no_table_knows_is_refused_by_name() -> None:
@@ -157,8 +200,8 @@ def test_the_child_runs_each_message_on_its_host_and_answers_by_name() -> None:
     dropped on the way to the engine, or the child not closing its engine when the window's end closes."""
     rid = "r1"
     pipe = FakePipe([protocol.Start(call=7, config=CONFIG),
-                     protocol.Generate(rid, [{"role": "user", "content": "hi"}], SAMPLING, tools=TOOLS,
-                                       tool_choice="auto"),
+                     protocol.Generate(rid, (MessageSpec("user", "hi"),), SAMPLING, tools=SPECS,
+                                       tool_choice=ToolChoiceSpec("auto")),
                      protocol.Abort(call=8, request_id="gone")],
                     done=lambda sent: any(isinstance(m, protocol.Event) and isinstance(m.event, Finished)
                                           for m in sent) and len(sent) > 2)
@@ -176,7 +219,7 @@ def test_the_child_runs_each_message_on_its_host_and_answers_by_name() -> None:
 def test_the_child_reports_a_dead_engine_once_naming_its_start() -> None:
     """Bug caught: a death report without the start it is about, so one about an engine the window has
     since restarted marked the fresh engine dead."""
-    die = protocol.Generate("r1", [{"role": "user", "content": "die"}], SAMPLING)
+    die = protocol.Generate("r1", (MessageSpec("user", "die"),), SAMPLING)
     pipe = FakePipe([protocol.Start(call=1, config=CONFIG), protocol.Start(call=2, config=CONFIG), die],
                     done=lambda sent: any(isinstance(m, protocol.EngineDied) for m in sent))
     process_server.run(pipe, ToolEchoingScriptedDouble())  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ function (the free-memory check), the test calls it on the figures Nalar chose.
 from __future__ import annotations
 
 import json
+import pickle
 import struct
 import sys
 from pathlib import Path
@@ -17,8 +18,9 @@ import pytest
 from app.core.models.model_catalog import CATALOG
 from app.core.models.planner import GIB, plan_for_folder
 from app.core.settings.settings import EngineConfig
-from app.engine.errors import EngineFailure, FailureKind
-from app.engine.machine import capability, gpu_start
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
+from app.engine.events import StartPlan
+from app.engine.machine import capability, gpu_start, start_plan
 from app.engine.machine.capability import GpuInfo, HardwareProbe
 from app.engine.machine.gpu_start import Toolchain
 
@@ -101,7 +103,7 @@ def test_a_driver_older_than_torchs_cuda_is_refused_by_name(monkeypatch: pytest.
     monkeypatch.setattr(gpu_start, "torch_cuda_version", lambda: (13, 0))
     assert gpu_start.driver_cuda_version() == (12, 8)
     with pytest.raises(EngineFailure) as caught:
-        gpu_start.prepare_gpu_start(EngineConfig(), cuda_probe(gpu), None)
+        gpu_start.check_gpu_machine()
     failure = caught.value
     assert failure.kind is FailureKind.DRIVER_TOO_OLD
     assert "CUDA 12.8" in failure.message and "CUDA 13.0" in failure.message and "580" in failure.message
@@ -154,12 +156,13 @@ def test_fp8_is_refused_up_front_where_it_needs_flashinfer_and_no_kernels(cc: tu
     minutes in. On 9.0 FlashAttention 3 runs E4M3 without FlashInfer."""
     monkeypatch.setattr(capability, "_has_flashinfer", lambda: True)
     probe = cuda_probe(rtx("RTX", cc, 24.0, 23.0))
-    reason = gpu_start.fp8_refusal("fp8_e4m3", probe, NO_TOOLS)
-    assert (reason is not None) is refused
-    if reason:
-        assert "download-kernels" in reason and f"{cc[0]}.{cc[1]}" in reason
-    assert gpu_start.fp8_refusal("fp8_e4m3", probe, KERNELS) is None
-    assert gpu_start.fp8_refusal("auto", probe, NO_TOOLS) is None
+    verdict = capability.judge_kv_dtype("fp8_e4m3", probe, kernels=NO_TOOLS.has_kernels)
+    assert (not verdict.works) is refused
+    if not verdict.works:
+        assert "download-kernels" in verdict.fix and f"{cc[0]}.{cc[1]}" in (verdict.reason or "")
+        assert verdict.failure().fallback == EngineFix(kv_cache_dtype="auto")
+    assert capability.judge_kv_dtype("fp8_e4m3", probe, kernels=KERNELS.has_kernels).works
+    assert capability.judge_kv_dtype("auto", probe, kernels=NO_TOOLS.has_kernels).works
 
 
 def test_other_programs_vram_is_shown_only_when_it_matters() -> None:
@@ -231,3 +234,53 @@ def test_the_engine_host_checks_the_driver_before_loading_anything(monkeypatch: 
         assert caught.value.kind is FailureKind.DRIVER_TOO_OLD and "CUDA 12.4" in caught.value.message
     finally:
         host.close()
+
+
+def _plan_on(gpu: GpuInfo, tools: Toolchain, config: EngineConfig, model_dir: Path | None,
+             monkeypatch: pytest.MonkeyPatch) -> StartPlan:
+    """The child's two steps on a faked card: the machine checked, then the start planned."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(gpu, 13000))
+    monkeypatch.setattr(gpu_start, "torch_cuda_version", lambda: (13, 0))
+    monkeypatch.setattr(gpu_start, "read_toolchain", lambda path=None: tools)
+    monkeypatch.setattr(capability, "_has_flashinfer", lambda: True)
+    facts = start_plan.check_machine(config, cuda_probe(gpu))
+    return start_plan.plan_start(config, facts, model_dir, environ={"PATH": "/usr/bin"})
+
+
+def test_the_start_plan_says_what_this_start_uses_and_why(model_14b: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bugs caught: the memory share, context, sampler and kernels were decided in four places, and the window
+    saw none of it: a start with 3 GiB held by other programs silently ran with a smaller share and context."""
+    config = EngineConfig(model=str(model_14b), kv_cache_dtype="fp8_e4m3", max_model_len=32_768,
+                          gpu_memory_utilization=0.9)
+    plan = _plan_on(rtx("RTX 4080", (8, 9), 16.0, 13.0), KERNELS, config, model_14b, monkeypatch)
+    assert plan.attention_backend == "FLASHINFER" and plan.flashinfer_sampler
+    assert plan.config.gpu_memory_utilization < 0.9 and plan.config.max_model_len < 32_768
+    assert plan.config.kv_cache_dtype == "fp8_e4m3"
+    assert any("Other programs use 3.0 GiB" in note for note in plan.notes)
+    assert "FLASHINFER" in plan.describe() and f"{plan.config.max_model_len:,}" in plan.describe()
+    assert pickle.loads(pickle.dumps(plan)) == plan  # it crosses the pipe inside EngineReady
+
+    auto = _plan_on(rtx("RTX 3060", (8, 6), 12.0, 11.9), NO_TOOLS, EngineConfig(), None, monkeypatch)
+    assert not auto.flashinfer_sampler and ("VLLM_USE_FLASHINFER_SAMPLER", "0") in auto.environment
+    assert any("sampler is off" in note for note in auto.notes)
+
+
+def test_an_fp8_start_without_kernels_is_refused_before_the_model_is_fetched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: the dtype was judged in four places with three copies of the fallback; here the one
+    judgement refuses, with its fix and the typed fallback the banner's retry applies."""
+    with pytest.raises(EngineFailure) as caught:
+        _plan_on(rtx("RTX 3090", (8, 6), 24.0, 23.0), NO_TOOLS, EngineConfig(kv_cache_dtype="fp8_e4m3"), None,
+                 monkeypatch)
+    failure = caught.value
+    assert failure.kind is FailureKind.KV_DTYPE_UNSUPPORTED and "download-kernels" in failure.fix
+    assert failure.fallback == EngineFix(kv_cache_dtype="auto")
+    retried = failure.fallback.applied_to(EngineConfig(kv_cache_dtype="fp8_e4m3", max_model_len=8192))
+    assert retried == EngineConfig(kv_cache_dtype="auto", max_model_len=8192)
+
+
+def test_no_fp8_prefix_test_is_left_in_the_app() -> None:
+    """Bug caught: `startswith("fp8")` in ten files, each its own idea of which dtypes are fp8."""
+    root = Path(capability.__file__).parents[2]
+    found = [str(p.relative_to(root)) for p in root.rglob("*.py") if 'startswith("fp8")' in p.read_text()
+             or "startswith('fp8')" in p.read_text()]
+    assert found == []

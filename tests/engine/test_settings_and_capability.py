@@ -18,7 +18,7 @@ from app.core.settings.settings import (
     save_settings,
     settings_path,
 )
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
 from app.engine.local.host import EngineHost, check_model_path
 from app.engine.machine import capability
 from app.engine.machine.capability import GpuInfo, HardwareProbe
@@ -118,7 +118,7 @@ def test_fp8_on_unsupported_hardware_is_a_typed_error_before_vllm_loads(monkeypa
     finally:
         host.close()
     assert caught.value.kind is FailureKind.KV_DTYPE_UNSUPPORTED
-    assert caught.value.fallback == {"kv_cache_dtype": "auto"}
+    assert caught.value.fallback == EngineFix(kv_cache_dtype="auto")
     assert "AVX-512" in caught.value.message
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from app.core.models.planner import utilization_for_free_vram
 from app.core.settings.settings import EngineConfig, Settings, load_settings, save_settings
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
 from app.engine.local.start_failures import RULES, classify_start_failure
 from app.engine.scripted import ScriptedEngineDouble
 
@@ -94,7 +94,7 @@ def test_free_vram_error_names_other_programs_and_its_fallback_passes_vllms_chec
     failure = classify_start_failure(RuntimeError("Engine core initialization failed."), START_LOG + text, FP8, "log")
     assert failure.kind is FailureKind.VRAM_IN_USE
     assert "Other programs use 1.4 GiB" in failure.message
-    share = failure.fallback["gpu_memory_utilization"]
+    share = failure.fallback.gpu_memory_utilization
     assert share == pytest.approx(0.84)
     snapshot = SimpleNamespace(total_memory=12 * GIB, free_memory=int(10.6 * GIB), device_="cuda:0")
     request_memory(snapshot, SimpleNamespace(gpu_memory_utilization=share))  # vLLM's own check passes
@@ -110,7 +110,7 @@ def test_fp8_pool_too_small_is_a_memory_failure_with_vllms_estimate() -> None:
     failure = classify_start_failure(RuntimeError("Engine core initialization failed."), START_LOG + text, FP8,
                                      "log", on_cpu=True)
     assert failure.kind is FailureKind.OUT_OF_MEMORY
-    assert failure.fallback == {"max_model_len": 3840}  # vLLM's 4000, in whole 256-token steps
+    assert failure.fallback == EngineFix(max_model_len=3840)  # vLLM's 4000, in whole 256-token steps
     assert "fp8_e4m3 KV cache" in failure.message and "CPU KV pool" in failure.fix
 
 
@@ -124,7 +124,7 @@ def test_context_longer_than_the_models_maximum_is_named_with_the_maximum() -> N
     exc = RuntimeError("1 validation error for ModelConfig\n  Value error, " + text)
     failure = classify_start_failure(exc, START_LOG + "config.json", FP8, "log")
     assert failure.kind is FailureKind.CONTEXT_TOO_LONG
-    assert failure.fallback == {"max_model_len": 2048}
+    assert failure.fallback == EngineFix(max_model_len=2048)
     assert "2,048" in failure.message
 
 
@@ -145,7 +145,7 @@ def test_driver_toolchain_and_timeout_are_named_before_fp8(text: str, kind: Fail
     kv_cache_dtype), and the retry saved `auto` though the dtype was never the cause."""
     failure = classify_start_failure(RuntimeError("Engine core initialization failed."), START_LOG + text, FP8, "log")
     assert failure.kind is kind
-    assert not failure.fallback.get("kv_cache_dtype")
+    assert failure.fallback.kv_cache_dtype is None
     if kind is FailureKind.DRIVER_TOO_OLD:
         assert "CUDA 12.2" in failure.message and "580" in failure.fix
     if kind is FailureKind.TOOLCHAIN_MISSING:
@@ -158,7 +158,7 @@ def test_real_fp8_refusals_still_fall_back_to_auto() -> None:
                  "ValueError: FP8 KV cache is not supported by the Triton attention backend on cuda:0 (compute "
                  "capability 8.6); native FP8 (fp8e4nv) requires SM89+."):
         failure = classify_start_failure(RuntimeError("failed"), START_LOG + text, FP8, "log")
-        assert failure.kind is FailureKind.KV_DTYPE_UNSUPPORTED and failure.fallback == {"kv_cache_dtype": "auto"}
+        assert failure.kind is FailureKind.KV_DTYPE_UNSUPPORTED and failure.fallback == EngineFix(kv_cache_dtype="auto")
     unknown = classify_start_failure(RuntimeError("Engine core initialization failed."), START_LOG, FP8, "log")
     assert unknown.kind is FailureKind.ENGINE_START_FAILED, "a dtype named in the log is no evidence"
 
@@ -167,14 +167,14 @@ def test_a_retrys_fallback_is_saved_only_once_the_start_works(qtbot, make_window
     """Bug caught: the banner's retry saved its suggestion before trying it, so a wrong guess (`auto` for a
     memory failure) replaced the user's fp8 choice for good even when the retry failed too."""
     first = EngineFailure(FailureKind.VRAM_IN_USE, "Other programs use 3.0 GiB.", "Lower the share.",
-                          {"gpu_memory_utilization": 0.6})
+                          EngineFix(gpu_memory_utilization=0.6))
     engine = ScriptedEngineDouble(start_failure=first)
     settings = Settings(engine=EngineConfig(kv_cache_dtype="fp8_e4m3", gpu_memory_utilization=0.9))
     save_settings(settings)
     window = make_window(engine, settings)
     qtbot.waitUntil(window.banner.isVisible, timeout=5_000)
     engine.start_failure = EngineFailure(FailureKind.VRAM_IN_USE, "Still not enough.", "Close programs.",
-                                         {"gpu_memory_utilization": 0.5})
+                                         EngineFix(gpu_memory_utilization=0.5))
     window.banner.action.click()
     qtbot.waitUntil(lambda: len(engine.starts) == 2 and "Still not enough" in window.banner.text(), timeout=5_000)
     assert engine.starts[1].gpu_memory_utilization == 0.6, "the retry tried the suggestion"

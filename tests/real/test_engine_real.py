@@ -9,7 +9,7 @@ import time
 import pytest
 
 from app.core.settings.settings import EngineConfig, SamplingConfig
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
 from app.engine.events import AnswerDelta, EngineEvent, Finished, Metrics, ThinkingDelta
 from app.engine.local.host import EngineHost
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
@@ -121,7 +121,7 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
             with pytest.raises(EngineFailure) as caught:
                 host.loop_thread.submit(host.start(fp8)).result(300)
             assert caught.value.kind is FailureKind.KV_DTYPE_UNSUPPORTED
-            assert caught.value.fallback == {"kv_cache_dtype": "auto"}
+            assert caught.value.fallback == EngineFix(kv_cache_dtype="auto")
         else:
             ready = host.loop_thread.submit(host.start(fp8)).result(300)
             assert ready.kv_capacity_tokens == 2 * 46_592  # one byte per element instead of two
@@ -131,7 +131,8 @@ def test_fp8_is_truthful_and_a_failed_start_leaves_a_restartable_engine() -> Non
         with pytest.raises(EngineFailure) as caught:
             host.loop_thread.submit(host.start(too_small)).result(300)
         assert caught.value.kind is FailureKind.OUT_OF_MEMORY
-        smaller = int(caught.value.fallback["max_model_len"])  # type: ignore[call-overload]
+        smaller = caught.value.fallback.max_model_len
+        assert smaller is not None
         assert 256 <= smaller < 8192 and smaller % 256 == 0  # vLLM's own estimate of what fits
         assert vllm_processes(before) == []
 

@@ -142,7 +142,8 @@ def test_closing_while_the_engine_loads_is_quick_and_leaves_nothing(qtbot, make_
     window = make_window(engine, Settings(engine=EngineConfig(model=str(require_embedded_model()),
                                                               max_model_len=2048)))
     qtbot.waitUntil(lambda: _engine_core_started(before), timeout=300_000)
-    assert engine._loading_since_children is not None, "the engine finished loading before the test closed it"
+    assert engine._starting is not None and engine._starting.loading_since is not None, \
+        "the engine finished loading before the test closed it"
     started = time.monotonic()
     window.close()
     assert time.monotonic() - started < 15

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from app.core.settings.settings import EngineConfig
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
 from app.engine.local.host import EngineHost
 from app.engine.machine import gpu_start
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
@@ -31,8 +31,8 @@ def test_fp8_pool_too_small_and_context_too_long_are_named_for_what_they_are() -
             host.loop_thread.submit(host.start(small_pool)).result(300)
         failure = caught.value
         assert failure.kind is FailureKind.OUT_OF_MEMORY, failure
-        assert "kv_cache_dtype" not in failure.fallback
-        assert 256 <= int(failure.fallback["max_model_len"]) < 8192  # type: ignore[call-overload]
+        assert failure.fallback.kv_cache_dtype is None
+        assert 256 <= (failure.fallback.max_model_len or 0) < 8192
         # The engine's children (EngineCore, FlashInfer's ninja) find what pip put in the venv.
         assert os.environ["PATH"].split(os.pathsep)[0] == str(gpu_start.venv_bin())
 
@@ -41,7 +41,7 @@ def test_fp8_pool_too_small_and_context_too_long_are_named_for_what_they_are() -
             host.loop_thread.submit(host.start(too_long)).result(300)
         failure = caught.value
         assert failure.kind is FailureKind.CONTEXT_TOO_LONG, failure
-        assert failure.fallback == {"max_model_len": 8192}  # SmolLM2's max_position_embeddings
+        assert failure.fallback == EngineFix(max_model_len=8192)  # SmolLM2's max_position_embeddings
     finally:
         host.close()
     assert vllm_processes(before) == []

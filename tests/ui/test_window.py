@@ -9,7 +9,7 @@ import sys
 from PySide6.QtCore import Qt
 
 from app.core.settings.settings import EngineConfig, Settings
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, EngineFix, FailureKind
 from app.engine.scripted import Script, ScriptedEngineDouble
 
 CUT_TAGS = ["<th", "ink>Let me ", "think.</thi", "nk>\n", "\nAnswer ", "here: `5`."]
@@ -158,7 +158,7 @@ def test_second_turn_sends_the_history_without_thinking(qtbot, make_window) -> N
 
 def test_failed_start_names_the_fix_and_retries_on_the_fallback(qtbot, make_window) -> None:
     failure = EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, "FP8 KV cache needs AVX-512 or AMX.",
-                            "Use KV cache dtype 'auto' (bf16).", {"kv_cache_dtype": "auto"})
+                            "Use KV cache dtype 'auto' (bf16).", EngineFix(kv_cache_dtype="auto"))
     engine = ScriptedEngineDouble(start_failure=failure)
     settings = Settings(engine=EngineConfig(kv_cache_dtype="fp8_e4m3"))
     window = make_window(engine, settings)

@@ -16,6 +16,7 @@ from typing import Any
 from app.core.measure.kv_quality import REASONING_PROMPTS  # the same prompts the quality check scores
 from app.core.measure.tables import fmt, text_table
 from app.core.models.planner import measure_host_bandwidth_gbps
+from app.core.settings.settings import is_fp8
 
 # Neutral prose that fills a prompt up to a context depth; the reasoning prompt goes last.
 FILLER = ("The archive kept records of every harvest in the valley: the rainfall of each spring, the days "
@@ -209,7 +210,7 @@ def depth_figures(depth: int, ttft_s: float, ms_per_token: float, floor: float |
 def compare(runs: Sequence[DtypeRun]) -> Comparison | None:
     """fp8 against auto, where both were measured: capacity, and ms/token depth by depth."""
     measured = {r.kv_cache_dtype: r for r in runs if r.supported}
-    fp8 = next((r for d, r in measured.items() if d.startswith("fp8")), None)
+    fp8 = next((r for d, r in measured.items() if is_fp8(d)), None)
     base = measured.get("auto")
     if not fp8 or not base or not base.kv_capacity_tokens:
         return None

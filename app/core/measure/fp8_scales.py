@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from app.core.settings.settings import is_fp8
+
 CHECK = "`nalar kv-check --engine` measures what fp8 changes in this model's answers."
 
 
 def fp8_scales_text(kv_cache_dtype: str, model_dir: Path | None) -> str:
     """One sentence for the settings dialog and the KV gauge's tooltip; "" for a 16-bit KV cache."""
-    if not kv_cache_dtype.startswith("fp8"):
+    if not is_fp8(kv_cache_dtype):
         return ""
     quant: dict[str, object] = {}
     if model_dir is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from app.core.measure.kv_quality import REASONING_PROMPTS
 from app.core.measure.tables import fmt, text_table
+from app.core.settings.settings import is_fp8
 
 # One-line word problems: the embedded model loops on these under greedy decoding (tests/support/golden_capture.py
 # records its streams on them).
@@ -201,7 +202,7 @@ def table_rows(check: EngineCheck) -> list[list[str]]:
         if not run.supported:
             rows.append([run.kv_cache_dtype, "not run", run.reason or "", "", "", ""])
             continue
-        median = check.median_agreement(run.kv_cache_dtype) if run.kv_cache_dtype.startswith("fp8") else None
+        median = check.median_agreement(run.kv_cache_dtype) if is_fp8(run.kv_cache_dtype) else None
         rows.append([run.kv_cache_dtype, str(len(run.streams)), f"{run.tokens:,}", str(run.loops),
                      fmt(run.loop_rate, ".0%"), "–" if median is None else f"{median:g}"])
     return rows

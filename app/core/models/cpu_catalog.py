@@ -27,6 +27,7 @@ from app.core.models import planner
 from app.core.models.model_catalog import CATALOG, MIN_CONTEXT, CatalogModel
 from app.core.models.model_families import ModelFamily, model_family
 from app.core.models.planner import GIB, PlannerError, attention_shape, bytes_read_per_token, load_model_config, plan
+from app.core.settings.settings import is_fp8
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class CpuRecommendation:
     def summary(self) -> str:
         budget = RAM_SHARE * self.ram_total_bytes
         verdict = "fits" if self.fits else f"too big: needs {self.need_bytes / GIB:.1f} of {budget / GIB:.1f} GiB"
-        kv = "fp8" if self.kv_cache_dtype.startswith("fp8") else "bf16"
+        kv = "fp8" if is_fp8(self.kv_cache_dtype) else "bf16"
         return (f"{verdict} · {self.need_bytes / GIB:.1f} GiB of {self.ram_total_bytes / GIB:.1f} GiB RAM "
                 f"({self.model.weight_bytes / GIB:.1f} weights {self.model.quantization}, "
                 f"{self.kv_pool_bytes / GIB:.2f} KV for {self.context:,} tokens at {kv}, "

@@ -16,6 +16,7 @@ from typing import Any
 from app.core.models.model_folder import folder_problem
 from app.core.models.planner import GIB, Plan, plan, utilization_for_free_vram
 from app.core.settings import paths
+from app.core.settings.settings import is_fp8
 
 # R1-style models think for thousands of tokens before they answer: less context than this is no use.
 MIN_CONTEXT = 8192
@@ -62,7 +63,7 @@ class Recommendation:
 
     def recommended_context(self, kv_cache_dtype: str) -> int:
         """max_model_len to set: what fits at this KV dtype, capped so the engine starts quickly."""
-        key = "fp8_e4m3" if kv_cache_dtype.startswith("fp8") else "auto"
+        key = "fp8_e4m3" if is_fp8(kv_cache_dtype) else "auto"
         return max(256, min(self.max_context[key], DEFAULT_CONTEXT_CAP))
 
     def summary(self) -> str:

@@ -26,6 +26,13 @@ SCHEMA_VERSION = 1
 SETTINGS_FILE = "settings.json"
 
 KvCacheDtype = Literal["auto", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
+FP8_KV_DTYPES: frozenset[str] = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})  # "fp8": vLLM's alias, in old reports
+KV_FALLBACK: KvCacheDtype = "auto"  # the dtype every engine runs: the model's own (bf16 or fp16)
+
+
+def is_fp8(kv_cache_dtype: str) -> bool:
+    """The KV dtype stores 8-bit floats (half the bytes per token of ``auto``)."""
+    return kv_cache_dtype in FP8_KV_DTYPES
 
 
 class EngineConfig(BaseModel):

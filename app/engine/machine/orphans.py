@@ -15,6 +15,8 @@ is never hit), is an orphan.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -169,3 +171,41 @@ def end_orphans(timeout: float = 5.0) -> int:
     for record in stale_records:
         record.unlink(missing_ok=True)
     return len(orphans)
+
+
+def end_processes(procs: list[psutil.Process], why: str) -> None:
+    """Kill ``procs`` (our own, found by pid and start time) and wait for them; ``why`` logs how many, as %d."""
+    if not procs:
+        return
+    log.info(why, len(procs))
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=5)
+
+
+ORPHAN_RECHECK_S = 5.0
+
+
+class OrphanWatch:
+    """While another Nalar's record is left, search again every few seconds: a crashed run whose parent
+    hasn't reaped it yet, or one that dies later, must not keep its engine (and VRAM). On an asyncio loop."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """On the loop; a watch already running goes on."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._watch())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _watch(self) -> None:
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, other_owners_recorded):
+            await asyncio.sleep(ORPHAN_RECHECK_S)
+            await loop.run_in_executor(None, end_orphans)  # it logs what it ends

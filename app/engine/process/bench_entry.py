@@ -16,6 +16,7 @@ from app.core.chat.conversation import Message
 from app.engine.process import process_protocol as protocol
 from app.engine.process import process_server
 from app.engine.process.engine_process import EngineProcess
+from app.engine.requests import MessageSpec
 
 
 async def raw_run(host: Any, tokens: int, index: int, messages: list[Message],
@@ -48,18 +49,19 @@ async def raw_run(host: Any, tokens: int, index: int, messages: list[Message],
 
 
 @dataclass(frozen=True, kw_only=True)
-class MeasureRaw(protocol.Call):
+class MeasureRaw(protocol.Call[float]):
     """Raw AsyncLLM's tok/s for this request, prefill included, on the engine in the child."""
 
     tokens: int
     index: int
-    messages: list[Message]
+    messages: tuple[MessageSpec, ...]
 
 
 def _bench_handlers(server: process_server.EngineServer) -> protocol.Handlers:
     def measure_raw(message: MeasureRaw) -> None:
         server.reply_when_done(message.call, server.host.loop_thread.submit(
-            raw_run(server.host, message.tokens, message.index, message.messages, include_prefill=True)))
+            raw_run(server.host, message.tokens, message.index, [m.as_openai() for m in message.messages],
+                    include_prefill=True)))
 
     return {MeasureRaw: measure_raw}
 
@@ -76,4 +78,5 @@ class BenchEngineProcess(EngineProcess):
         super().__init__(child_main=serve)
 
     async def measure_raw(self, tokens: int, index: int, messages: list[Message]) -> float:
-        return float(await self.call(MeasureRaw(tokens=tokens, index=index, messages=messages)))
+        specs = tuple(MessageSpec.from_openai(m) for m in messages)
+        return await self.call(MeasureRaw(tokens=tokens, index=index, messages=specs))

@@ -20,7 +20,8 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
 from multiprocessing import resource_tracker
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar, cast
 
 import psutil
 
@@ -33,9 +34,10 @@ from app.engine.machine.orphans import OWNER_ENV, owner_tag, record_engine_proce
 from app.engine.process import process_protocol as protocol
 from app.engine.process import process_server
 from app.engine.reply.reasoning import ReplyTexts
-from app.engine.requests import Resume, ToolChoice, Tools
+from app.engine.requests import MessageSpec, Resume, ToolChoice, ToolChoiceSpec, Tools, ToolSpec
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 ChildMain = Callable[[Any], None]  # the child's main, given its end of the pipe
 
 
@@ -51,8 +53,7 @@ class EngineProcess(EngineBase):
         self._process: Any = None  # multiprocessing's SpawnProcess
         self._conn: Any = None
         self._send_lock = threading.Lock()
-        self._calls: dict[int, asyncio.Future[Any]] = {}
-        self._call_ids = itertools.count(1)
+        self._calls = PendingCalls()
         self._streams: dict[str, asyncio.Queue[EngineEvent | None]] = {}  # None: the child is gone
         self._family: set[tuple[int, float]] = set()  # (pid, start time): every child's engine processes
         self._engine_dead = False
@@ -62,7 +63,7 @@ class EngineProcess(EngineBase):
         self._closed = False
         self._handlers: protocol.Handlers = {
             protocol.Event: self._on_event,
-            protocol.Status: self._on_status_message,
+            protocol.Status: lambda message: self._on_status(message.event),
             protocol.Result: self._on_result,
             protocol.Failure: self._on_failure,
             protocol.EngineDied: self._on_engine_died,
@@ -81,25 +82,15 @@ class EngineProcess(EngineBase):
                 raise EngineFailure(FailureKind.NOT_READY, "Nalar is closing.", "Start Nalar again.")
             if self._process is not None and self._process.is_alive() and not self._process_gone:
                 return
-            self._spawn()
+            self._status("loading", "starting the engine process…", 0.01)
+            if self._conn is not None:
+                self._conn.close()  # a dead child's end; its reader thread has seen EOF
+            process, ours = _spawn_child(self._child_main)
+            self._process, self._conn, self._process_gone, self._starts = process, ours, False, 0
+            threading.Thread(target=self._read, args=(ours,), name="nalar-engine-pipe", daemon=True).start()
+            log.info("engine process %d started", process.pid)
 
-    def _spawn(self) -> None:
-        self._status("loading", "starting the engine process…", 0.01)
-        if self._conn is not None:
-            self._conn.close()  # a dead child's end; its reader thread has seen EOF
-        context = multiprocessing.get_context("spawn")  # fork would copy Qt and this process's threads
-        ours, theirs = context.Pipe()
-        os.environ[OWNER_ENV] = owner_tag()  # marks the child as ours, should it outlive us (orphans)
-        process = context.Process(target=self._child_main, args=(theirs,), name="nalar-engine")
-        with vllm_logging.stderr_to_engine_log():  # the resource tracker starts with the first child
-            resource_tracker.ensure_running()
-        process.start()
-        theirs.close()  # only the child holds its end now: our exit is its EOF
-        self._process, self._conn, self._process_gone, self._starts = process, ours, False, 0
-        threading.Thread(target=self._read, args=(ours,), name="nalar-engine-pipe", daemon=True).start()
-        log.info("engine process %d started", process.pid)
-
-    def _send(self, message: protocol.ToEngineProcess | protocol.Call) -> None:
+    def _send(self, message: protocol.ToEngineProcess | protocol.Call[Any]) -> None:
         with self._send_lock:
             if self._conn is None or self._process_gone:
                 raise engine_stopped()
@@ -128,18 +119,11 @@ class EngineProcess(EngineBase):
         if (queue := self._streams.get(message.request_id)) is not None:
             queue.put_nowait(message.event)
 
-    def _on_status_message(self, message: protocol.Status) -> None:
-        self._on_status(message.event)
-
-    def _on_result(self, message: protocol.Result) -> None:
-        future = self._calls.pop(message.call, None)
-        if future is not None and not future.done():
-            future.set_result(message.value)
+    def _on_result(self, message: protocol.Result[Any]) -> None:
+        self._calls.answer(message.call, lambda future: future.set_result(message.value))
 
     def _on_failure(self, message: protocol.Failure) -> None:
-        future = self._calls.pop(message.call, None)
-        if future is not None and not future.done():
-            future.set_exception(message.failure)
+        self._calls.answer(message.call, lambda future: future.set_exception(message.failure))
 
     def _on_engine_died(self, message: protocol.EngineDied) -> None:
         if message.start == self._starts:  # not about an engine since replaced
@@ -149,25 +133,20 @@ class EngineProcess(EngineBase):
         if conn is not self._conn:
             return  # an earlier child's reader, ending after we replaced it
         self._process_gone = True
-        calls, self._calls = self._calls, {}
-        for future in calls.values():
-            if not future.done():
-                future.set_exception(engine_stopped())
+        self._calls.fail_all(engine_stopped)
         for queue in self._streams.values():
             queue.put_nowait(None)
 
-    async def _call(self, message: protocol.Call) -> Any:
-        call = next(self._call_ids)
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._calls[call] = future
+    async def _call(self, message: protocol.Call[T]) -> T:
+        call, future = self._calls.open()
         try:
             self._send(dataclasses.replace(message, call=call))
         except EngineFailure:
-            self._calls.pop(call, None)
+            self._calls.answer(call, lambda _: None)
             raise
-        return await future
+        return cast(T, await future)  # the child answers a Call[T] with a Result[T]
 
-    async def call(self, message: protocol.Call) -> Any:
+    async def call(self, message: protocol.Call[T]) -> T:
         """A call the child's entry added to its table (a benchmark's: bench_entry); on the engine loop."""
         return await self._call(message)
 
@@ -194,18 +173,13 @@ class EngineProcess(EngineBase):
         finished = False
         try:
             try:
-                self._send(protocol.Generate(rid, list(messages), sampling, ignore_eos=ignore_eos, resume=resume,
-                                             tools=list(tools) if tools else None, tool_choice=tool_choice))
+                self._send(_generate_message(rid, messages, sampling, ignore_eos, resume, tools, tool_choice))
             except EngineFailure as failure:
                 finished = True
                 yield EngineErrorEvent(rid, failure)
                 yield Finished(rid, "error", "", "")
                 return
-            # The child's ReplyStream keeps the texts, and they die with it: this image of them (its events,
-            # its loop cuts, the resumed text) is what the window reads and what a dead child's reply keeps.
-            texts = ReplyTexts()
-            if resume is not None:
-                texts.start_from(resume.thinking, resume.answer if resume.phase == "answer" else "")
+            texts = _reply_image(resume)
             with self.keeping(rid, texts):
                 while not finished:
                     event = await queue.get()
@@ -258,26 +232,87 @@ class EngineProcess(EngineBase):
         if process is not None:
             with contextlib.suppress(EngineFailure):
                 self._send(protocol.Exit())
-            exited = _wait_for_exit(process.pid, timeout)
-            if not exited:  # the designed path when vLLM's own shutdown is slow: not a problem to warn about
-                log.info("the engine process did not end in %.0f s; killing its process group", timeout)
-            if exited is not None:  # not reaped yet, so its pid (the group's id) is still ours
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)  # no such group: the child had not made it yet
-                process.kill()
-            # Earlier children's processes (one replaced after it died), and any that left the group.
-            left = [proc for pid, created in _marks(process.pid) | self._family if (proc := same_process(pid, created))]
-            for proc in left:
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-            process.join(5)
-            psutil.wait_procs(left, timeout=5)
+            _end_child(process, self._family, timeout)
             self._process_gone = True
             if self._conn is not None:
                 self._conn.close()
             record_engine_processes()
         if self.loop_thread.alive:
             self.loop_thread.stop()
+
+
+class PendingCalls:
+    """Calls sent to the child and not answered yet: call id → the future its caller awaits (engine loop)."""
+
+    def __init__(self) -> None:
+        self._futures: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count(1)
+
+    def open(self) -> tuple[int, asyncio.Future[Any]]:
+        call = next(self._ids)
+        future = self._futures[call] = asyncio.get_running_loop().create_future()
+        return call, future
+
+    def answer(self, call: int, settle: Callable[[asyncio.Future[Any]], None]) -> None:
+        """``settle`` the call's future, once: a late or unknown answer is dropped."""
+        future = self._futures.pop(call, None)
+        if future is not None and not future.done():
+            settle(future)
+
+    def fail_all(self, failure: Callable[[], BaseException]) -> None:
+        futures, self._futures = self._futures, {}
+        for future in futures.values():
+            if not future.done():
+                future.set_exception(failure())
+
+
+def _generate_message(rid: str, messages: Sequence[Message], sampling: SamplingConfig, ignore_eos: bool,
+                      resume: Resume | None, tools: Tools | None, tool_choice: ToolChoice | None) -> protocol.Generate:
+    """generate()'s arguments as the pipe's typed message (OpenAI's shapes become specs here)."""
+    return protocol.Generate(rid, tuple(MessageSpec.from_openai(m) for m in messages), sampling, ignore_eos=ignore_eos,
+                             resume=resume, tools=tuple(ToolSpec.from_openai(t) for t in tools or ()),
+                             tool_choice=ToolChoiceSpec.from_openai(tool_choice) if tool_choice is not None else None)
+
+
+def _reply_image(resume: Resume | None) -> ReplyTexts:
+    """The child's ReplyStream keeps the texts, and they die with it: this image of them (its events, its loop
+    cuts, the resumed text) is what the window reads and what a dead child's reply keeps."""
+    texts = ReplyTexts()
+    if resume is not None:
+        texts.start_from(resume.thinking, resume.answer if resume.phase == "answer" else "")
+    return texts
+
+
+def _spawn_child(child_main: ChildMain) -> tuple[Any, Connection]:
+    """A spawned child running ``child_main`` on its end of a new pipe; ours is returned with it."""
+    context = multiprocessing.get_context("spawn")  # fork would copy Qt and this process's threads
+    ours, theirs = context.Pipe()
+    os.environ[OWNER_ENV] = owner_tag()  # marks the child as ours, should it outlive us (orphans)
+    process = context.Process(target=child_main, args=(theirs,), name="nalar-engine")
+    with vllm_logging.stderr_to_engine_log():  # the resource tracker starts with the first child
+        resource_tracker.ensure_running()
+    process.start()
+    theirs.close()  # only the child holds its end now: our exit is its EOF
+    return process, ours
+
+
+def _end_child(process: Any, family: set[tuple[int, float]], timeout: float) -> None:
+    """After Exit was sent: ``timeout`` seconds for the child to end by itself, then SIGKILL to its process
+    group, then to any of ``family`` (earlier children's processes, or any that left the group)."""
+    exited = _wait_for_exit(process.pid, timeout)
+    if not exited:  # the designed path when vLLM's own shutdown is slow: not a problem to warn about
+        log.info("the engine process did not end in %.0f s; killing its process group", timeout)
+    if exited is not None:  # not reaped yet, so its pid (the group's id) is still ours
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # no such group: the child had not made it yet
+        process.kill()
+    # Earlier children's processes (one replaced after it died), and any that left the group.
+    left = [proc for pid, created in _marks(process.pid) | family if (proc := same_process(pid, created))]
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    process.join(5)
+    psutil.wait_procs(left, timeout=5)
 
 
 def _wait_for_exit(pid: int, timeout: float) -> bool | None:

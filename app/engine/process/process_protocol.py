@@ -16,26 +16,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from app.core.chat.conversation import Message
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.errors import EngineFailure
-from app.engine.events import EngineEvent, StatusChanged
-from app.engine.requests import Resume
+from app.engine.events import EngineEvent, EngineReady, StatusChanged
+from app.engine.requests import MessageSpec, Resume, ToolChoiceSpec, ToolSpec
+
+T = TypeVar("T")
 
 # ---- window → engine process ------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
-class Call:
-    """A message the child answers with a Result or Failure naming ``call``."""
+class Call(Generic[T]):
+    """A message the child answers with a Result[T] or Failure naming ``call``."""
 
     call: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
-class Start(Call):
+class Start(Call[EngineReady]):
     """Load the engine (the child's n-th Start: its reports about this engine carry n)."""
 
     config: EngineConfig
@@ -43,12 +44,12 @@ class Start(Call):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Abort(Call):
+class Abort(Call[None]):
     request_id: str
 
 
 @dataclass(frozen=True, kw_only=True)
-class Shutdown(Call):
+class Shutdown(Call[None]):
     """Stop the engine; the process stays for the next Start."""
 
 
@@ -57,12 +58,12 @@ class Generate:
     """Stream one reply; its events come back as Event messages, ending with a Finished."""
 
     request_id: str
-    messages: list[Message]
+    messages: tuple[MessageSpec, ...]
     sampling: SamplingConfig
     ignore_eos: bool = False
     resume: Resume | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: ToolChoiceSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,11 @@ class Exit:
 
 
 @dataclass(frozen=True)
-class Result:
+class Result(Generic[T]):
+    """The answer to call ``call``: what its Call[T] returns (an EngineReady for Start, None for most)."""
+
     call: int
-    value: Any = None
+    value: T
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, StatusChanged
 from app.engine.process import process_protocol as protocol
@@ -50,7 +51,7 @@ class Outbox:
 class EngineServer:
     """Runs the window's messages on an EngineHost (``host``) and sends back what they produce."""
 
-    def __init__(self, host: Any, out: Outbox, extensions: Extensions | None = None) -> None:
+    def __init__(self, host: EngineBase, out: Outbox, extensions: Extensions | None = None) -> None:
         self.host = host
         self.out = out
         self.starts = 0  # Start messages so far: the engine reports name theirs (a stale one is ignored)
@@ -106,10 +107,13 @@ class EngineServer:
         return self._start is not None and not self._start.done()
 
     def generate(self, message: protocol.Generate) -> None:
+        """The pipe's typed messages and tools become OpenAI's shape again here, where the host reads them."""
         rid = message.request_id
+        choice = message.tool_choice.as_openai() if message.tool_choice is not None else None
         stream = self.host.loop_thread.submit(self.host.stream_to(
-            _event_sender(self.out, rid), message.messages, message.sampling, rid, ignore_eos=message.ignore_eos,
-            resume=message.resume, tools=message.tools, tool_choice=message.tool_choice))
+            _event_sender(self.out, rid), [m.as_openai() for m in message.messages], message.sampling, rid,
+            ignore_eos=message.ignore_eos, resume=message.resume, tools=[t.as_openai() for t in message.tools] or None,
+            tool_choice=choice))
         self._streams[rid] = stream
         stream.add_done_callback(lambda _: self._streams.pop(rid, None))
 
@@ -154,7 +158,7 @@ def end_process_group() -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
-def run(conn: Connection, host: Any, extensions: Extensions | None = None,
+def run(conn: Connection, host: EngineBase, extensions: Extensions | None = None,
         abandon_start: Callable[[], None] | None = None) -> None:
     """Read and dispatch the window's messages until Exit or the pipe closes; then close ``host``.
 

@@ -136,7 +136,7 @@ class RemoteEngine(EngineBase):
             raise failure from None
         self._client = client
         max_len = int((served[self.model].model_extra or {}).get("max_model_len") or 0) if served else 0
-        self.ready = EngineReady(model=f"{self.profile.name}: {self.model}", kv_cache_dtype="remote",
+        self.ready = EngineReady(model=f"{self.profile.name}: {self.model}", kv_cache_dtype="", backend="remote",
                                  max_model_len=max_len, kv_capacity_tokens=0, max_concurrency=0.0,
                                  load_seconds=time.perf_counter() - started)
         self._status("ready", f"ready: {self.model} at {self.profile.base_url} (profile “{self.profile.name}”)", 1.0)

@@ -121,6 +121,7 @@ class GaugeBar(QFrame):
         self.kv_capacity_tokens = 0
         self.kv_cache_dtype: str | None = None
         self.fp8_scales = ""  # which fp8 scales the engine runs with, for the KV tooltip
+        self.plan = ""  # the local start's plan (StartPlan.describe), for the KV tooltip
         self.saturation_profile = load_latest_profile()
         self._show_headroom()
         self.tok_s = 0.0
@@ -147,14 +148,15 @@ class GaugeBar(QFrame):
             text = "No saturation profile yet: Engine → Measure FP8… → Saturation measures how many chats fit."
         else:
             text = headroom_text(self.saturation_profile, self.kv_cache_dtype or "auto")
-        if self.fp8_scales:
-            text = f"{self.fp8_scales}\n\n{text}"
+        text = "\n\n".join(part for part in (self.fp8_scales, self.plan, text) if part)
         self.kv_bar.setToolTip(text)
         self.kv_label.setToolTip(text)
 
     def set_engine(self, ready: EngineReady | None) -> None:
-        self.kv_cache_dtype = None if ready is None else ready.kv_cache_dtype
-        self.fp8_scales = "" if ready is None else fp8_scales_text(ready.kv_cache_dtype, model_folder(ready.model))
+        local = ready is not None and ready.backend == "local"
+        self.kv_cache_dtype = ready.kv_cache_dtype if ready is not None and local else None
+        self.fp8_scales = fp8_scales_text(ready.kv_cache_dtype, model_folder(ready.model)) if ready and local else ""
+        self.plan = ready.plan.describe() if ready is not None and ready.plan is not None else ""
         self._show_headroom()
         if ready is None:
             self.kv_label.setText("KV cache")
@@ -162,7 +164,7 @@ class GaugeBar(QFrame):
             self.kv_bar.setValue(0)
             return
         self.kv_capacity_tokens = ready.kv_capacity_tokens
-        self.kv_label.setText(f"KV cache ({ready.kv_cache_dtype})")
+        self.kv_label.setText(f"KV cache ({ready.kv_cache_dtype})" if local else "KV cache (on the server)")
         self.kv_bar.setValue(0)
         self.kv_bar.setFormat(f"0% of {ready.kv_capacity_tokens:,} tokens")
         self.context_bar.setRange(0, ready.max_model_len)

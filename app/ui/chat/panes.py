@@ -389,7 +389,7 @@ class ErrorBanner(QFrame):
     def show_failure(self, failure: EngineFailure) -> None:
         """The failure's message and fix; the action is its known-good fallback, or a restart where that helps."""
         if failure.fallback:
-            action: str | None = "Retry with " + ", ".join(f"{k} = {v}" for k, v in failure.fallback.items())
+            action: str | None = "Retry with " + failure.fallback.describe()
         else:
             action = "Restart engine" if failure.kind in RESTARTABLE else None
         self.show_problem(failure.message, failure.fix, action)

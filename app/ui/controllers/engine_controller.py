@@ -20,7 +20,7 @@ from app.core.models.model_families import model_family, with_card_sampling
 from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import EngineConfig, Settings, changed, save_settings
 from app.engine.base import SHUTDOWN_GRACE_S, EngineBase
-from app.engine.errors import EngineFailure, FailureKind, engine_stopped
+from app.engine.errors import NO_FIX, EngineFailure, EngineFix, FailureKind, engine_stopped
 from app.engine.events import EngineErrorEvent
 from app.ui.controllers.bridge import EngineBridge
 from app.ui.controllers.operations import run_blocking, run_on
@@ -54,7 +54,7 @@ class EngineController(QObject):
         self._busy = busy
         self._engine_keys = keys.profile_changes  # a key changed since then: rebuild the engine
         self._death_reported = False
-        self._pending_fallback: dict[str, object] = {}  # the setting that retry() tries
+        self._pending_fallback: EngineFix = NO_FIX  # the settings change that retry() tries
         self._started_config: EngineConfig | None = None  # what the running engine was started with
         self._start_task: asyncio.Task[None] | None = None
         self._health_timer = QTimer(self)
@@ -126,11 +126,11 @@ class EngineController(QObject):
         The setting is kept (through ``apply_settings``, as if chosen in Settings) only once the start
         works: a suggestion that fails too must not replace the user's choice for good.
         """
-        fallback, self._pending_fallback = self._pending_fallback, {}
+        fallback, self._pending_fallback = self._pending_fallback, NO_FIX
         if not fallback:
             await self._start(self.settings.engine)
             return
-        trial = self.settings.with_engine(**fallback)
+        trial = self.settings.with_engine(**fallback.changes())
         if await self._start(trial.engine):
             self.apply_settings(trial)  # the engine already runs with it: saved, no restart
 

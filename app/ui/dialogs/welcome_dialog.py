@@ -50,6 +50,7 @@ from app.core.models.hub_download import (
 )
 from app.core.models.model_catalog import Recommendation, best, recommendations, validate_model_folder
 from app.core.models.planner import GIB
+from app.core.settings.settings import is_fp8
 from app.engine.machine.capability import HardwareProbe, recommended_kv_dtype
 from app.engine.machine.gpu_start import held_by_others
 from app.ui.controllers.operations import Operation, run_blocking
@@ -143,7 +144,7 @@ class WelcomeDialog(QDialog):
             return
         self.hardware_label.setText(f"Detected: {gpu.name}, {gpu.vram_total_bytes / GIB:.1f} GiB of VRAM"
                                     f"{held_by_others(gpu)}. "
-                                    f"KV cache: {'FP8' if self.kv_cache_dtype.startswith('fp8') else 'bf16'}.")
+                                    f"KV cache: {'FP8' if is_fp8(self.kv_cache_dtype) else 'bf16'}.")
         gpu_recs = recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes)
         pick = best(gpu_recs)
         self._add_catalog_items(gpu_recs, pick, embedded)
@@ -160,7 +161,7 @@ class WelcomeDialog(QDialog):
         ram = ram_total_bytes()
         self.hardware_label.setText(
             f"No NVIDIA GPU found: Nalar runs on the CPU engine. {ram / GIB:.1f} GiB of RAM, memory bandwidth "
-            f"{bandwidth.describe()}. KV cache: {'FP8' if self.kv_cache_dtype.startswith('fp8') else 'bf16'}.")
+            f"{bandwidth.describe()}. KV cache: {'FP8' if is_fp8(self.kv_cache_dtype) else 'bf16'}.")
         cpu_recs = cpu_recommendations(ram, self.kv_cache_dtype, bandwidth)
         pick = best_cpu(cpu_recs)
         self._add_catalog_items(cpu_recs, pick, embedded)

@@ -1,0 +1,58 @@
+"""A reply's prompt on the local engine: the thinking decision, the chat template's tokens, and the oldest
+turns dropped to leave room for the reply (app.engine.reply.trimming)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.core.models.model_families import ModelFamily
+from app.core.settings.settings import SamplingConfig
+from app.engine.base import Message
+from app.engine.reply import trimming
+from app.engine.reply.reasoning import THINK_CLOSE
+from app.engine.reply.tool_calls import ToolOffer, template_messages
+
+REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step inside <think> and "
+                           "</think>, then give a short, clear answer.")
+FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
+
+
+class ReplyPrompts:
+    """Prompts for one loaded engine: its tokenizer, its model's family and its context length."""
+
+    def __init__(self, tokenizer: Any, family: ModelFamily, max_model_len: int, reasoning_mode: bool) -> None:
+        self.tokenizer = tokenizer
+        self.family = family
+        self.max_model_len = max_model_len
+        self.reasoning_mode = reasoning_mode
+
+    def thinking_on(self, sampling: SamplingConfig) -> bool:
+        """The family's own thinking, or for a plain model our reasoning prompt if the config asks for it."""
+        plain = self.family.thinking == "plain"
+        return sampling.think_budget > 0 and (
+            self.family.thinks(sampling.thinking) or (plain and sampling.thinking and self.reasoning_mode))
+
+    def fit(self, messages: Sequence[Message], reserve: int, opened_think: bool,
+            tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], int]:
+        """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it.
+        Offered ``tools`` go to the model's own chat template, which writes them into the prompt."""
+        # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
+        switch: dict[str, Any] = ({"enable_thinking": opened_think, "thinking": opened_think}
+                                  if self.family.thinking == "hybrid" else {})
+        if tools:
+            switch["tools"] = list(tools)
+        return trimming.fit_prompt(self.tokenizer, template_messages(messages), limit=self.max_model_len,
+                                   reserve=reserve, opened_think=opened_think, template_kwargs=switch)
+
+    def for_reply(self, messages: list[Message], sampling: SamplingConfig, thinking_on: bool,
+                  offer: ToolOffer | None) -> tuple[list[int], int]:
+        """The reply's prompt ids and how many old turns were dropped to leave room for its tokens."""
+        if thinking_on and self.family.thinking == "plain" and not any(m["role"] == "system" for m in messages):
+            messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
+        budget = sampling.think_budget if thinking_on else 0
+        reserve = min(budget + sampling.max_tokens, self.max_model_len // 4)
+        return self.fit(messages, reserve, opened_think=thinking_on, tools=offer.tools if offer is not None else ())
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
