@@ -21,7 +21,7 @@ import pytest
 
 from app.commands.gpu_doctor import checklist
 from app.core.settings.settings import EngineConfig, SamplingConfig
-from app.engine.errors import FailureKind
+from app.engine.errors import EngineFix, FailureKind
 from app.engine.events import StatusChanged
 from app.engine.local.start_failures import classify_start_failure
 from app.engine.machine import gpu_start
@@ -185,9 +185,9 @@ def test_the_fp8_only_rule_fed_its_own_log_text_on_a_non_fp8_start_is_not_an_fp8
     refused read "This machine can't run an FP8 KV cache" with the useless fallback `auto`."""
     text = NO_BACKEND.replace("kv_cache_dtype=auto", "kv_cache_dtype=fp8_e4m3")
     fp8 = classify_start_failure(RuntimeError("failed"), text, EngineConfig(kv_cache_dtype="fp8_e4m3"), "log")
-    assert fp8.kind is FailureKind.KV_DTYPE_UNSUPPORTED and fp8.fallback == {"kv_cache_dtype": "auto"}
+    assert fp8.kind is FailureKind.KV_DTYPE_UNSUPPORTED and fp8.fallback == EngineFix(kv_cache_dtype="auto")
     bf16 = classify_start_failure(RuntimeError("failed"), NO_BACKEND, EngineConfig(kv_cache_dtype="auto"), "log")
-    assert bf16.kind is FailureKind.ENGINE_START_FAILED and "kv_cache_dtype" not in bf16.fallback
+    assert bf16.kind is FailureKind.ENGINE_START_FAILED and bf16.fallback.kv_cache_dtype is None
     no_reason = classify_start_failure(RuntimeError("failed"), NO_BACKEND.split(" Reasons")[0],
                                        EngineConfig(kv_cache_dtype="fp8_e4m3"), "log")
     assert no_reason.kind is FailureKind.ENGINE_START_FAILED, "needs vLLM's own word that the dtype was refused"
