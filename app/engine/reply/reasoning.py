@@ -283,6 +283,10 @@ def make_splitter(parser_name: str | None, tokenizer: Any, *, start: ThinkStart)
     """vLLM's parser for a reply that starts thinking, when the family has one and it accepts the
     tokenizer; else our splitter. vLLM's parsers take a reply without tags for reasoning, so a reply
     whose prompt closed the block (thinking off), or a plain one, never goes to them."""
+    if parser_name == "openai_gptoss":  # Harmony: channels, not tags, and always vLLM's parser on the ids
+        from app.engine.reply.harmony import HarmonySplitter
+
+        return HarmonySplitter(tokenizer)
     if parser_name and start == "open":
         try:
             from vllm.reasoning import ReasoningParserManager

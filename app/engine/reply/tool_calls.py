@@ -43,6 +43,7 @@ CALL_MARKERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                 ("<|tool_calls_section_end|>", "<|tool_call_section_end|>")),
     "kimi_k3": (("<|open|>tools<|sep|>",), ("<|close|>tools<|sep|>",)),
     "gemma4": (("<|tool_call>",), ("<tool_call|>",)),
+    "openai": (("<|channel|>commentary to=functions.",), ("<|call|>",)),  # harmony.call_markup
     "llama3_json": (("<|python_tag|>", "{"), ("}",)),
     "llama4_pythonic": (("<|python_start|>", "["), ("<|python_end|>", "]")),
 }
@@ -272,7 +273,12 @@ class ToolCallGate:
 
 def gate_for(parser_name: str, tokenizer: Any, offer: ToolOffer) -> ToolCallGate:
     """A gate with vLLM's parser ``parser_name``; hermes when that one can't load with this tokenizer
-    (its special tokens are missing from the vocabulary)."""
+    (its special tokens are missing from the vocabulary). gpt-oss's ``openai`` parser is a stub in vLLM: its calls
+    are parsed by vLLM's HarmonyParser (harmony.harmony_parse)."""
+    if parser_name == "openai":
+        from app.engine.reply.harmony import harmony_parse
+
+        return ToolCallGate(offer, harmony_parse(tokenizer, offer), parser_name)
     try:
         return ToolCallGate(offer, vllm_parse(parser_name, tokenizer, offer), parser_name)
     except Exception as exc:
