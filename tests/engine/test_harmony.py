@@ -15,8 +15,8 @@ import pytest
 from app.core.models.model_families import model_family
 from app.engine.events import Finished, ToolCallDelta
 from app.engine.reply import trimming
-from app.engine.reply.harmony import HarmonySplitter, HarmonyTemplate, harmony_prompt_ids
-from app.engine.reply.reasoning import ReplyTexts, make_splitter
+from app.engine.reply.harmony import HarmonyTemplate, harmony_prompt_ids
+from app.engine.reply.reasoning import HarmonySplitter, ReplyTexts, make_splitter
 from app.engine.reply.tool_calls import ToolOffer, gate_for
 
 pytest.importorskip("openai_harmony")

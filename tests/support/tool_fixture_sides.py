@@ -15,10 +15,13 @@ What this changes:
 * the fixtures' recorded ``output_token_ids`` are the real vocabularies' ids: the stand-in can't decode
   them, so the raw output is re-tokenized with the stand-in (the text and the markers are the same; how
   plain text splits into tokens differs, which moves the stream split points);
-* families whose parsing needs the real vocabulary itself are counted as "needs the real tokenizer":
-  gpt-oss (vLLM parses Harmony on token ids with openai_harmony's o200k encoding, which is downloaded,
-  and the adapter's Harmony prompt rendering fails on vLLM 0.32)
-  and mistral (mistral_common's tokenizer, whose control tokens text can't spell).
+* mistral, whose parsing needs mistral_common's own tokenizer (control tokens text can't spell), is
+  counted as "needs the real tokenizer".
+
+**gpt-oss runs on its real tokenizer**, rebuilt offline from the o200k vocabulary openai_harmony embeds
+(tests/support/harmony_tokenizer.py): both sides read the fixtures' recorded ids, vLLM's Harmony parser
+on them directly. The adapter's Harmony prompt call, written for vLLM 0.30, is brought to 0.32
+(``VllmAdapterOn032``).
 """
 
 from __future__ import annotations

@@ -52,6 +52,8 @@ from app.engine.machine.orphans import (
     same_process,
 )
 from app.engine.reply import trimming
+from app.engine.reply.harmony import REASONING_PARSER as HARMONY_REASONING
+from app.engine.reply.harmony import HarmonyTemplate
 from app.engine.reply.reasoning import THINK_CLOSE, make_splitter, think_start_of_prompt
 from app.engine.reply.stream import KvFigures, ReplyStream
 from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of, template_messages
@@ -320,7 +322,9 @@ class EngineHost(EngineBase):
                                   if self._family.thinking == "hybrid" else {})
         if tools:
             switch["tools"] = list(tools)
-        return trimming.fit_prompt(self._tokenizer, template_messages(messages), limit=self.ready.max_model_len,
+        # gpt-oss: Harmony rendered as vLLM's server renders it, not the repo's Jinja template
+        tokenizer = HarmonyTemplate(self._tokenizer) if self._family.parser == HARMONY_REASONING else self._tokenizer
+        return trimming.fit_prompt(tokenizer, template_messages(messages), limit=self.ready.max_model_len,
                                    reserve=reserve, opened_think=opened_think, template_kwargs=switch)
 
     def tool_gate(self, offer: ToolOffer) -> ToolCallGate:

@@ -1,6 +1,6 @@
 """gpt-oss's Harmony format, through vLLM's own code for it.
 
-* ``HarmonySplitter``: vLLM's ``HarmonyParser`` (the ``openai_gptoss`` reasoning parser with the ``openai``
+* ``reasoning.HarmonySplitter``: vLLM's ``HarmonyParser`` (the ``openai_gptoss`` reasoning parser with the ``openai``
   tool parser, as vLLM's server composes them) reads the reply's token ids: the ``analysis`` channel is
   thinking, ``final`` (and ``commentary`` to no one) is answer. A ``commentary`` message to
   ``functions.NAME`` is a call: it goes to the answer as its own Harmony markup (``CALL_START`` …
@@ -19,12 +19,10 @@ text, so the markup never reaches a pane whether or not special tokens were kept
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from app.engine.events import ToolCall
-from app.engine.reply.reasoning import Split
-from app.engine.reply.tool_calls import Parse, ToolOffer, new_call_id
 
 REASONING_PARSER = "openai_gptoss"
 TOOL_PARSER = "openai"
@@ -34,7 +32,7 @@ NEXT_MESSAGE = "<|start|>assistant"
 Effort = Literal["low", "medium", "high"]
 
 
-def _request(tools: Sequence[dict[str, Any]] = (), messages: Sequence[dict[str, Any]] = (),
+def harmony_request(tools: Sequence[dict[str, Any]] = (), messages: Sequence[dict[str, Any]] = (),
              effort: Effort | None = None) -> Any:
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
@@ -53,7 +51,7 @@ def harmony_parser(tokenizer: Any, tools: Sequence[dict[str, Any]] = ()) -> Any:
     parser_cls = ParserManager.get_parser(tool_parser_name=TOOL_PARSER, reasoning_parser_name=REASONING_PARSER,
                                           enable_auto_tools=True, model_name="gpt-oss", is_harmony=True)
     assert parser_cls is not None
-    return parser_cls(tokenizer, _request(tools).tools, model_config=None)
+    return parser_cls(tokenizer, harmony_request(tools).tools, model_config=None)
 
 
 def call_markup(name: str, arguments: str) -> str:
@@ -70,62 +68,21 @@ def call_markup(name: str, arguments: str) -> str:
     return f"{CALL_START}{name} <|constrain|>json<|message|>{arguments}{CALL_END}"
 
 
-class HarmonySplitter:
-    """Thinking and answer from vLLM's HarmonyParser on the token ids (see the module doc)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self._parser = harmony_parser(tokenizer)
-        self._request = _request()
-        self._in_thinking = True  # gpt-oss opens with its analysis channel
-        self._calls: dict[int, list[str]] = {}  # index → [name, arguments]
-
-    @property
-    def in_thinking(self) -> bool:
-        return self._in_thinking
-
-    def feed(self, delta_text: str, delta_token_ids: Sequence[int] = ()) -> Split:
-        if not delta_token_ids:
-            return Split()
-        return self._split(self._parser.parse_delta(delta_text, list(delta_token_ids), self._request,
-                                                    finished=False))
-
-    def flush(self) -> Split:
-        """End of reply: what the parser held, then the calls as their markup (for the tool gate)."""
-        part = self._split(self._parser.parse_delta("", [], self._request, finished=True))
-        calls = NEXT_MESSAGE.join(call_markup(name, args) for name, args in self._calls.values())
-        self._calls.clear()
-        return Split(part.thinking, part.answer + calls)
-
-    def _split(self, delta: Any) -> Split:
-        if delta is None:
-            return Split()
-        for call in delta.tool_calls or ():
-            name, args = self._calls.setdefault(call.index, ["", ""])
-            function = call.function
-            self._calls[call.index] = [name + (function.name or "" if function else ""),
-                                       args + (function.arguments or "" if function else "")]
-        thinking, answer = delta.reasoning or "", delta.content or ""
-        if answer or delta.tool_calls:
-            self._in_thinking = False
-        elif thinking:
-            self._in_thinking = True
-        return Split(thinking, answer)
-
-
-def harmony_parse(tokenizer: Any, offer: ToolOffer) -> Parse:
-    """The tool gate's Parse for gpt-oss: held Harmony markup → calls, through vLLM's HarmonyParser on the
-    markup's token ids (Harmony's own encoding, special tokens spelled as tokens)."""
+def harmony_parse(tokenizer: Any, tools: Sequence[dict[str, Any]]) -> Callable[[str], tuple[str, list[ToolCall]]]:
+    """The tool gate's Parse for gpt-oss: held Harmony markup → (content, calls), through vLLM's HarmonyParser on
+    the markup's token ids (Harmony's own encoding, special tokens spelled as tokens)."""
     from vllm.entrypoints.openai.parser.harmony_utils import get_encoding
+    from vllm.renderers.chat_utils import make_tool_call_id
 
-    request = _request(offer.tools)
+    request = harmony_request(tools)
 
     def parse(text: str) -> tuple[str, list[ToolCall]]:
         ids = get_encoding().encode(text, allowed_special="all")
-        _, content, calls = harmony_parser(tokenizer, offer.tools).parse(
+        _, content, calls = harmony_parser(tokenizer, tools).parse(
             text, request, enable_auto_tools=True, model_output_token_ids=ids)
         if not calls:
             return text if CALL_START not in text else (content or ""), []
-        return content or "", [ToolCall(new_call_id(), call.name, call.arguments or "{}") for call in calls]
+        return content or "", [ToolCall(make_tool_call_id(), call.name, call.arguments or "{}") for call in calls]
 
     return parse
 
@@ -179,7 +136,7 @@ def harmony_prompt_ids(messages: Sequence[dict[str, Any]], tools: Sequence[dict[
     )
     from vllm.utils.mistral import mt
 
-    request = _request(tools, [_with_text_arguments(m) for m in messages], effort)
+    request = harmony_request(tools, [_with_text_arguments(m) for m in messages], effort)
     mt.maybe_serialize_tool_calls(request)  # as vLLM's renderer does: pydantic leaves tool_calls unread
     instructions, chat = extract_instructions_from_messages(list(request.messages))
     rendered = build_harmony_preamble(instructions=instructions, tools=request.tools if tools else None,

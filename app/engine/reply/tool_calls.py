@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.events import AnswerDelta, EngineEvent, Finished, ThinkingDelta, ToolCall, ToolCallDelta
+from app.engine.reply.harmony import TOOL_PARSER as HARMONY_TOOL_PARSER
+from app.engine.reply.harmony import harmony_parse
 
 log = logging.getLogger(__name__)
 
@@ -275,10 +277,8 @@ def gate_for(parser_name: str, tokenizer: Any, offer: ToolOffer) -> ToolCallGate
     """A gate with vLLM's parser ``parser_name``; hermes when that one can't load with this tokenizer
     (its special tokens are missing from the vocabulary). gpt-oss's ``openai`` parser is a stub in vLLM: its calls
     are parsed by vLLM's HarmonyParser (harmony.harmony_parse)."""
-    if parser_name == "openai":
-        from app.engine.reply.harmony import harmony_parse
-
-        return ToolCallGate(offer, harmony_parse(tokenizer, offer), parser_name)
+    if parser_name == HARMONY_TOOL_PARSER:
+        return ToolCallGate(offer, harmony_parse(tokenizer, offer.tools), parser_name)
     try:
         return ToolCallGate(offer, vllm_parse(parser_name, tokenizer, offer), parser_name)
     except Exception as exc:
