@@ -84,3 +84,33 @@ def build_harmony_tokenizer(root: Path) -> Path:
     (folder / "config.json").write_text(json.dumps({"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
                                                    "transformers_version": transformers.__version__}))
     return folder
+
+
+@lru_cache(maxsize=None)
+def gpt_oss_tokenizer() -> Any:
+    """vLLM's tokenizer over the rebuilt gpt-oss tokenizer, as EngineHost would load the model's."""
+    from vllm.tokenizers import registry
+
+    return registry.get_tokenizer(str(harmony_tokenizer_folder()), trust_remote_code=False)
+
+
+def harmony_script(raw: str, group: int = 2, **options: Any) -> Any:
+    """A scripted gpt-oss reply: ``raw`` Harmony (markers as special tokens) as token ids in deltas of ``group``,
+    each with its text as the detokenizer keeps it, played through the gpt-oss family's splitter and gate."""
+    from app.core.models.model_families import model_family
+    from app.engine.scripted import Script
+
+    tok = gpt_oss_tokenizer()
+    ids = tok.encode(raw, add_special_tokens=False)
+    groups = [ids[i:i + group] for i in range(0, len(ids), group)]
+    return Script([tok.decode(g) for g in groups], token_ids=groups, family=model_family("openai/gpt-oss-20b"),
+                  tokenizer=tok, **options)
+
+
+# A call and the answer after its result, as gpt-oss writes them (the call's header in the form vLLM's prompt
+# renders earlier calls in, which the model echoes).
+CALL_ADD = ("<|channel|>analysis<|message|>They want 20+22. I will use add.<|end|>"
+            "<|start|>assistant to=functions.add<|channel|>commentary <|constrain|>json"
+            '<|message|>{"a": 20, "b": 22}<|call|>')
+ANSWER_42 = ("<|channel|>analysis<|message|>The tool says 42.<|end|>"
+             "<|start|>assistant<|channel|>final<|message|>The sum is **42**.<|return|>")
