@@ -58,9 +58,12 @@ STANDIN_CONFIGS = {
     "Kimi-K3": {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"]},
 }
 NEEDS_REAL_TOKENIZER = {
-    "mistral": "mistral_common's own tokenizer: its control tokens ([TOOL_CALLS], [ARGS]) can't be spelled "
-               "in text, and the tekken files mistral_common ships decode only 3 of the 47 fixtures' recorded ids "
-               "to their raw output",
+    "mistral": "mistral_common's own tokenizer: its control tokens ([TOOL_CALLS], [ARGS], [THINK]) can't be "
+               "spelled in text, and the tekken files mistral_common ships (tekken_240718.json, tekken_240911.json) "
+               "decode only 3 of the 47 fixtures' recorded ids to their raw output: their ordinary vocabulary is the "
+               "same, but they name the later control ids <SPECIAL_n> ([THINK] is id 34 in Magistral-Small-2509). "
+               "Each model's own tekken.json at the fixture's pinned revision is needed (e.g. "
+               "mistralai/Magistral-Small-2509 tekken.json), and the hub is not reachable offline",
 }
 # Families whose real tokenizer is built offline: both sides read the fixtures' recorded ids with it.
 REAL_TOKENIZERS = {"gpt-oss": harmony_tokenizer_folder}
