@@ -15,7 +15,7 @@ import pytest
 from app.core.models.model_families import model_family
 from app.engine.events import Finished, ToolCallDelta
 from app.engine.reply import trimming
-from app.engine.reply.harmony import HarmonyTemplate, harmony_prompt_ids
+from app.engine.reply.harmony import FORCED_FINAL, HarmonyTemplate, harmony_prompt_ids
 from app.engine.reply.reasoning import HarmonySplitter, ReplyTexts, make_splitter
 from app.engine.reply.tool_calls import ToolOffer, gate_for
 
@@ -134,3 +134,26 @@ def test_channels_go_to_the_panes_and_a_commentary_call_is_a_call(gpt_oss_tokeni
     [call] = [e for e in events if isinstance(e, ToolCallDelta)]
     assert call.name == "add"
     assert json.loads(call.arguments_delta) == {"a": 20, "b": 22, "note": "<|call|> is text here"}
+
+
+def test_a_forced_answer_closes_the_analysis_and_opens_the_final_channel_as_harmony_does() -> None:
+    """Bug caught: the think budget or Answer now appending ``</think>`` to a gpt-oss reply (text Harmony doesn't
+    know: the model goes on in its analysis channel) instead of closing the analysis and opening ``final``."""
+    from openai_harmony import Conversation, Message, Role
+    from vllm.entrypoints.openai.parser.harmony_utils import get_encoding
+
+    messages = [{"role": "user", "content": "What is 20+22?"}]
+    template = HarmonyTemplate(None)
+    thought = "They want 20+22."
+    generated = template.encode("<|channel|>analysis<|message|>" + thought)  # the reply so far, cut mid-analysis
+    forced = harmony_prompt_ids(messages) + generated + template.encode(FORCED_FINAL)
+    analysis = Message.from_role_and_content(Role.ASSISTANT, thought).with_channel("analysis")
+    from vllm.entrypoints.openai.parser.harmony_utils import (
+        build_harmony_preamble,
+        parse_chat_inputs_to_harmony_messages,
+    )
+
+    turns = [*build_harmony_preamble(reasoning_effort="medium"), *parse_chat_inputs_to_harmony_messages(messages),
+             analysis]
+    expected = get_encoding().render_conversation_for_completion(Conversation.from_messages(turns), Role.ASSISTANT)
+    assert forced == [*expected, *template.encode("<|channel|>final<|message|>")]

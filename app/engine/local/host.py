@@ -52,8 +52,8 @@ from app.engine.machine.orphans import (
     same_process,
 )
 from app.engine.reply import trimming
+from app.engine.reply.harmony import FORCED_FINAL, HarmonyTemplate
 from app.engine.reply.harmony import REASONING_PARSER as HARMONY_REASONING
-from app.engine.reply.harmony import HarmonyTemplate
 from app.engine.reply.reasoning import THINK_CLOSE, make_splitter, think_start_of_prompt
 from app.engine.reply.stream import KvFigures, ReplyStream
 from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of, template_messages
@@ -390,7 +390,7 @@ class EngineHost(EngineBase):
         start = think_start_of_prompt(self._tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
         splitter = make_splitter(self._family.parser, self._tokenizer, start=start)
         reply = self._new_reply(rid, sampling, prompt_ids, thinking_on, ignore_eos, offer)
-        close_ids = self._encode(FORCED_THINK_CLOSE)
+        close_ids = self._encode(FORCED_FINAL if self._family.parser == HARMONY_REASONING else FORCED_THINK_CLOSE)
         if resume is not None:
             reply.generated_ids = self._encode(resume.thinking) if thinking_on else []
             reply.stream.resume_from(resume, len(reply.generated_ids))

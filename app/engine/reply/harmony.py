@@ -29,6 +29,8 @@ TOOL_PARSER = "openai"
 CALL_START = "<|channel|>commentary to=functions."
 CALL_END = "<|call|>"
 NEXT_MESSAGE = "<|start|>assistant"
+# The think budget or Answer now ends the analysis and opens the final answer, as Harmony writes a turn
+FORCED_FINAL = "<|end|><|start|>assistant<|channel|>final<|message|>"
 Effort = Literal["low", "medium", "high"]
 
 
