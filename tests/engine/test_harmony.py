@@ -140,7 +140,11 @@ def test_a_forced_answer_closes_the_analysis_and_opens_the_final_channel_as_harm
     """Bug caught: the think budget or Answer now appending ``</think>`` to a gpt-oss reply (text Harmony doesn't
     know: the model goes on in its analysis channel) instead of closing the analysis and opening ``final``."""
     from openai_harmony import Conversation, Message, Role
-    from vllm.entrypoints.openai.parser.harmony_utils import get_encoding
+    from vllm.entrypoints.openai.parser.harmony_utils import (
+        build_harmony_preamble,
+        get_encoding,
+        parse_chat_inputs_to_harmony_messages,
+    )
 
     messages = [{"role": "user", "content": "What is 20+22?"}]
     template = HarmonyTemplate(None)
@@ -148,11 +152,6 @@ def test_a_forced_answer_closes_the_analysis_and_opens_the_final_channel_as_harm
     generated = template.encode("<|channel|>analysis<|message|>" + thought)  # the reply so far, cut mid-analysis
     forced = harmony_prompt_ids(messages) + generated + template.encode(FORCED_FINAL)
     analysis = Message.from_role_and_content(Role.ASSISTANT, thought).with_channel("analysis")
-    from vllm.entrypoints.openai.parser.harmony_utils import (
-        build_harmony_preamble,
-        parse_chat_inputs_to_harmony_messages,
-    )
-
     turns = [*build_harmony_preamble(reasoning_effort="medium"), *parse_chat_inputs_to_harmony_messages(messages),
              analysis]
     expected = get_encoding().render_conversation_for_completion(Conversation.from_messages(turns), Role.ASSISTANT)
