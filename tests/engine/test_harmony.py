@@ -156,3 +156,21 @@ def test_a_forced_answer_closes_the_analysis_and_opens_the_final_channel_as_harm
              analysis]
     expected = get_encoding().render_conversation_for_completion(Conversation.from_messages(turns), Role.ASSISTANT)
     assert forced == [*expected, *template.encode("<|channel|>final<|message|>")]
+
+
+def test_a_tool_rounds_thinking_reaches_harmony_until_the_turn_is_answered() -> None:
+    """Bug caught: the chat's tool rounds sent back without the thinking that led to the calls (gpt-oss then
+    reasons from scratch after every call), or that thinking kept once the turn has its answer, or reaching
+    other families' chat templates (whose history never had it)."""
+    from app.core.chat.conversation import Conversation, ToolRound, ToolStep, Turn
+    from app.engine.reply.tool_calls import template_messages
+
+    turn = Turn(user="What is 20+22?", tool_rounds=[ToolRound("CALL-THOUGHT use add", [
+        ToolStep("call_1", "add", '{"a": 20, "b": 22}', "demo", "42", "ok")])])
+    conversation = Conversation(turns=[turn])
+    assert "CALL-THOUGHT" in decoded(harmony_prompt_ids(conversation.messages(), [ADD]))  # type: ignore[arg-type]
+    assert not any("reasoning" in m for m in template_messages(conversation.messages()))
+    turn.answer = "It is 42."
+    conversation.turns.append(Turn(user="thanks"))
+    later = decoded(harmony_prompt_ids(conversation.messages(), [ADD]))  # type: ignore[arg-type]
+    assert "CALL-THOUGHT" not in later and "It is 42." in later

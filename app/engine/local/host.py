@@ -322,9 +322,11 @@ class EngineHost(EngineBase):
                                   if self._family.thinking == "hybrid" else {})
         if tools:
             switch["tools"] = list(tools)
-        # gpt-oss: Harmony rendered as vLLM's server renders it, not the repo's Jinja template
-        tokenizer = HarmonyTemplate(self._tokenizer) if self._family.parser == HARMONY_REASONING else self._tokenizer
-        return trimming.fit_prompt(tokenizer, template_messages(messages), limit=self.ready.max_model_len,
+        # gpt-oss: Harmony rendered as vLLM's server renders it (tool rounds' reasoning kept), not a Jinja template
+        harmony = self._family.parser == HARMONY_REASONING
+        tokenizer = HarmonyTemplate(self._tokenizer) if harmony else self._tokenizer
+        chat = list(messages) if harmony else template_messages(messages)
+        return trimming.fit_prompt(tokenizer, chat, limit=self.ready.max_model_len,
                                    reserve=reserve, opened_think=opened_think, template_kwargs=switch)
 
     def tool_gate(self, offer: ToolOffer) -> ToolCallGate:

@@ -89,14 +89,21 @@ def offer_of(tools: Sequence[dict[str, Any]] | None, choice: str | dict[str, Any
 
 def template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages as chat templates take them: content never None, and a call's arguments as an object
-    (templates iterate them), as vLLM's server hands them over."""
+    (templates iterate them), as vLLM's server hands them over; a tool round's ``reasoning`` is left out (it is
+    for Harmony, which renders its own prompt)."""
     out = []
-    for message in messages:
-        message = {**message, "content": message.get("content") or ""}
+    for message in without_reasoning(messages):
+        message["content"] = message.get("content") or ""
         if message.get("tool_calls"):
             message["tool_calls"] = [_with_object_arguments(call) for call in message["tool_calls"]]
         out.append(message)
     return out
+
+
+def without_reasoning(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages less a tool round's ``reasoning``: for chat templates that never had it, and for remote servers
+    (OpenAI's refuses fields it doesn't know in a message)."""
+    return [{key: value for key, value in message.items() if key != "reasoning"} for message in messages]
 
 
 def _with_object_arguments(call: dict[str, Any]) -> dict[str, Any]:
