@@ -15,14 +15,16 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from app.core.models.model_families import ModelFamily
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import ContextTrimmed, EngineErrorEvent, EngineEvent, EngineReady, Finished, FinishReason
-from app.engine.reply.reasoning import THINK_CLOSE, ThinkStart, ThinkTagSplitter
+from app.engine.reply.reasoning import THINK_CLOSE, ReasoningSplitter, ThinkStart, ThinkTagSplitter, make_splitter
 from app.engine.reply.stream import KvFigures, Phase, ReplyStream
-from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, offer_of, vllm_parse
+from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, gate_for, offer_of, vllm_parse
 from app.engine.requests import Resume, ToolChoice, Tools
 
 
@@ -37,6 +39,11 @@ class Script:
     prompt_opened_think: bool = False
     think_start: ThinkStart | None = None  # overrides prompt_opened_think: "closed" plays a thinking-off reply
     trimmed_messages: int = 0  # announce that the oldest messages were left out, as EngineHost does
+    # A recorded model's reply: each delta's token ids, played through that family's splitter and tool gate
+    # with its tokenizer, as EngineHost would (gpt-oss's Harmony channels are read from the ids).
+    token_ids: list[list[int]] | None = None
+    family: ModelFamily | None = None
+    tokenizer: Any = None
 
 
 class _TextOnlyTokenizer:
@@ -99,11 +106,18 @@ class ScriptedEngineDouble(EngineBase):
         offer = offer_of(tools, tool_choice)
         self.tool_offers.append(offer)
         replies = self._play(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume)
-        gate = ToolCallGate(offer, vllm_parse("hermes", _TextOnlyTokenizer(), offer)) if offer is not None else None
+        gate = self._gate(offer) if offer is not None else None
         async with contextlib.aclosing(replies):
             async for event in replies:
                 for out in gate.feed(event) if gate is not None else (event,):
                     yield out
+
+    def _gate(self, offer: ToolOffer) -> ToolCallGate:
+        """hermes over text, or the next script's recorded family's own parser with its tokenizer."""
+        script = self.scripts[0] if self.scripts else None
+        if script is not None and script.family is not None:
+            return gate_for(script.family.tool_parser, script.tokenizer, offer)
+        return ToolCallGate(offer, vllm_parse("hermes", _TextOnlyTokenizer(), offer))
 
     async def _play(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
                     ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
@@ -119,7 +133,9 @@ class ScriptedEngineDouble(EngineBase):
         if script.trimmed_messages:
             yield ContextTrimmed(rid, script.trimmed_messages)
         start = script.think_start if resume is None else "open" if resume.phase == "thinking" else "closed"
-        splitter = ThinkTagSplitter(start=start, prompt_opened_think=script.prompt_opened_think)
+        splitter: ReasoningSplitter = ThinkTagSplitter(start=start, prompt_opened_think=script.prompt_opened_think)
+        if script.family is not None:
+            splitter = make_splitter(script.family.parser, script.tokenizer, start=start or "open")
         interval = 1.0 / script.tokens_per_second
         prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
         capacity = self.kv_capacity_tokens
@@ -157,7 +173,8 @@ class ScriptedEngineDouble(EngineBase):
                 elif index % 64 == 0:
                     await asyncio.sleep(0)  # a very fast script still lets abort in
                 phase: Phase = "thinking" if splitter.in_thinking else "answer"
-                for event in stream.step(phase, splitter.feed(delta), 1):  # one delta stands for one token
+                ids = script.token_ids[index] if script.token_ids is not None else 1  # else a delta is a token
+                for event in stream.step(phase, splitter.feed(delta, [] if isinstance(ids, int) else ids), ids):
                     yield event
                 if stream.loop is not None:
                     loop = stream.act_on_loop(can_resample=False)  # a script can't be sampled again

@@ -22,13 +22,16 @@ from canitoolcall.fixtures import Fixture, load_fixtures
 from app.engine.reply.reasoning import THINK_CLOSE, THINK_OPEN, ThinkStart, think_start_for_model, think_start_of_prompt
 
 TAGS = (THINK_OPEN, THINK_CLOSE)
-# Other reasoning formats, by a marker that only they use, and what Nalar shows for them.
+# Other reasoning formats, by a marker that only they use: not replayed here (this suite is the <think> tags'),
+# but split by vLLM's own parsers for them and checked side by side in tests/engine/test_tool_fixtures.py.
+_SIDE_BY_SIDE = "; split by vLLM's parser for it, checked in test_tool_fixtures.py"
 OTHER_FORMATS = {
-    "<|channel|>": "Harmony channels (gpt-oss): no <think> tags; Nalar shows the whole output in the answer pane",
-    "<|channel>": "Gemma 4 channels: no <think> tags; Nalar shows the whole output in the answer pane",
-    "[THINK]": "Mistral [THINK] blocks: Nalar shows the whole output, [THINK] markers included, in the answer pane",
-    "<|open|>": "Kimi K3 blocks: Nalar shows the whole output in the answer pane",
-    "<|close|>": "Kimi K3 blocks: Nalar shows the whole output in the answer pane",
+    "<|channel|>": "Harmony channels (gpt-oss): no <think> tags" + _SIDE_BY_SIDE + " (openai_gptoss, on the ids)",
+    "<|channel>": "Gemma 4 channels: no <think> tags" + _SIDE_BY_SIDE + " (gemma4)",
+    "[THINK]": "Mistral [THINK] blocks: Nalar shows the whole output, [THINK] markers included, in the answer pane "
+               "(their ids need each model's own tekken.json)",
+    "<|open|>": "Kimi K3 blocks: no <think> tags" + _SIDE_BY_SIDE + " (kimi_k3)",
+    "<|close|>": "Kimi K3 blocks: no <think> tags" + _SIDE_BY_SIDE + " (kimi_k3)",
 }
 NO_REASONING_FAMILY = "no reasoning format in this family (Llama): Nalar shows the output in the answer pane"
 TOOL_CALL_GAP = "Nalar parses no tool calls: the call's markup stays in the answer pane, among the text around it"

@@ -15,10 +15,13 @@ What this changes:
 * the fixtures' recorded ``output_token_ids`` are the real vocabularies' ids: the stand-in can't decode
   them, so the raw output is re-tokenized with the stand-in (the text and the markers are the same; how
   plain text splits into tokens differs, which moves the stream split points);
-* families whose parsing needs the real vocabulary itself are counted as "needs the real tokenizer":
-  gpt-oss (vLLM parses Harmony on token ids with openai_harmony's o200k encoding, which is downloaded,
-  and the adapter's Harmony prompt rendering fails on vLLM 0.32)
-  and mistral (mistral_common's tokenizer, whose control tokens text can't spell).
+* mistral, whose parsing needs mistral_common's own tokenizer (control tokens text can't spell), is
+  counted as "needs the real tokenizer".
+
+**gpt-oss runs on its real tokenizer**, rebuilt offline from the o200k vocabulary openai_harmony embeds
+(tests/support/harmony_tokenizer.py): both sides read the fixtures' recorded ids, vLLM's Harmony parser
+on them directly. The adapter's Harmony prompt call, written for vLLM 0.30, is brought to 0.32
+(``VllmAdapterOn032``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from app.core.models.model_families import model_family
 from app.engine.events import AnswerDelta, EngineEvent, Finished, ThinkingDelta, ToolCallDelta
 from app.engine.reply.reasoning import ReplyTexts, make_splitter, think_start_of_prompt
 from app.engine.reply.tool_calls import ToolOffer, gate_for
+from tests.support.harmony_tokenizer import harmony_tokenizer_folder
 
 EMBEDDED_TOKENIZER = Path.home() / ".cache" / "nalar" / "models" / "SmolLM2-135M-Instruct"
 PASSING = (Status.PASS, Status.SOFT_PASS)
@@ -54,13 +58,15 @@ STANDIN_CONFIGS = {
     "Kimi-K3": {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"]},
 }
 NEEDS_REAL_TOKENIZER = {
-    "gpt-oss": "vLLM parses Harmony on token ids with openai_harmony's o200k encoding (downloaded on first use), "
-               "and the adapter's Harmony prompt rendering, written for vLLM 0.30, fails on 0.32 (AttributeError: "
-               "no 'renderer')",
-    "mistral": "mistral_common's own tokenizer: its control tokens ([TOOL_CALLS], [ARGS]) can't be spelled "
-               "in text, and the tekken files mistral_common ships decode only 3 of the 47 fixtures' recorded ids "
-               "to their raw output",
+    "mistral": "mistral_common's own tokenizer: its control tokens ([TOOL_CALLS], [ARGS], [THINK]) can't be "
+               "spelled in text, and the tekken files mistral_common ships (tekken_240718.json, tekken_240911.json) "
+               "decode only 3 of the 47 fixtures' recorded ids to their raw output: their ordinary vocabulary is the "
+               "same, but they name the later control ids <SPECIAL_n> ([THINK] is id 34 in Magistral-Small-2509). "
+               "Each model's own tekken.json at the fixture's pinned revision is needed (e.g. "
+               "mistralai/Magistral-Small-2509 tekken.json), and the hub is not reachable offline",
 }
+# Families whose real tokenizer is built offline: both sides read the fixtures' recorded ids with it.
+REAL_TOKENIZERS = {"gpt-oss": harmony_tokenizer_folder}
 
 
 def standin_config(repo: str) -> dict[str, Any]:
@@ -99,6 +105,41 @@ class StandinTokenizers:
             self.loaded[mode] = registry.get_tokenizer(str(self.folder), tokenizer_mode=mode, trust_remote_code=False)
             self.loaded[mode].chat_template = self.template
         return self.loaded[mode]
+
+
+class RealTokenizers:
+    """A family's real tokenizer (built offline), in the shape StandinTokenizers has: the prompt is the
+    renderer's own (Harmony's for gpt-oss), so ``use_prompt`` has nothing to set."""
+
+    def __init__(self, folder: Path) -> None:
+        from vllm.tokenizers import registry
+
+        self.folder = folder
+        self._tok = registry.get_tokenizer(str(folder), trust_remote_code=False)
+
+    def use_prompt(self, generation_prompt: str) -> None:
+        pass
+
+    def tokenizer(self, mode: str) -> Any:
+        return self._tok
+
+
+class VllmAdapterOn032(VllmAdapter):
+    """canitoolcall's vLLM adapter with its Harmony prompt call brought to vLLM 0.32: written for 0.30, it
+    calls ``OnlineRenderer._make_request_with_harmony`` on a stand-in self without the ``renderer`` that 0.32
+    reads (for prompt ids forwarded by disaggregated serving, which a chat request doesn't carry)."""
+
+    def _render_prompt(self, setup: Any) -> list[int]:
+        if not setup.is_harmony:
+            return super()._render_prompt(setup)
+        from types import SimpleNamespace
+
+        from vllm.renderers.online_renderer import OnlineRenderer
+
+        request = self._make_request(setup, stream=False)
+        stand_in = SimpleNamespace(supports_browsing=False, supports_code_interpreter=False, renderer=None)
+        _, (engine_input,) = OnlineRenderer._make_request_with_harmony(stand_in, request, request.tools is not None)
+        return [int(i) for i in engine_input["prompt_token_ids"]]
 
 
 def _jinja_literal(text: str) -> str:
@@ -149,6 +190,8 @@ class NalarToolPath(Adapter):
         return {"reasoning_parser": fam.parser, "tool_parser": fam.tool_parser}
 
     def units(self, raw: ReplayInput) -> list[int]:
+        if raw.token_ids is not None:  # a real tokenizer's recorded ids, as vLLM's adapter takes them
+            return list(raw.token_ids)
         return [int(i) for i in self.tokenizer_of(raw).encode(raw.text, add_special_tokens=False)]
 
     def special_token_ids(self, raw: ReplayInput) -> Collection[int] | None:
@@ -252,7 +295,9 @@ def run_family(family_slug: str, monkeypatch: Any, tmp: Path) -> dict[str, Famil
     fixtures = fixtures_of(family_slug)
     family = family_for(fixtures[0])
     assert family is not None
-    tokenizers = StandinTokenizers(tmp / "tokenizers", family)
+    real = REAL_TOKENIZERS.get(family_slug)
+    tokenizers: StandinTokenizers | RealTokenizers = (
+        RealTokenizers(real()) if real is not None else StandinTokenizers(tmp / "tokenizers", family))
     (tmp / "configs").mkdir(parents=True, exist_ok=True)
     tallies = {"vllm": FamilyTally(), "nalar": FamilyTally()}
     by_prompt: dict[str, list[Fixture]] = {}
@@ -267,10 +312,10 @@ def run_family(family_slug: str, monkeypatch: Any, tmp: Path) -> dict[str, Famil
     for prompt, group in by_prompt.items():
         tokenizers.use_prompt(prompt)
         # a fresh vLLM adapter per prompt: it caches its rendered prompt per model
-        sides: dict[str, Adapter] = {"vllm": VllmAdapter(), "nalar": NalarToolPath(tokenizer_of)}
+        sides: dict[str, Adapter] = {"vllm": VllmAdapterOn032(), "nalar": NalarToolPath(tokenizer_of)}
         with standin_hub(monkeypatch, tokenizers, tmp / "configs"):
             for fixture in group:
-                stripped = replace_ids(fixture)
+                stripped = fixture if real is not None else replace_ids(fixture)
                 for side, adapter in sides.items():
                     tally = tallies[side]
                     tally.fixtures += 1

@@ -39,10 +39,13 @@ class ToolRound:
     content: str = ""  # answer text written before the calls (usually none)
 
     def messages(self) -> list[Message]:
-        """The assistant's calls and one tool message per call, as the model reads them back."""
+        """The assistant's calls and one tool message per call, as the model reads them back. The thinking that
+        led to the calls goes with them as ``reasoning`` (vLLM's field): Harmony keeps it between tool calls
+        and drops it once the turn has its final answer; local chat templates don't get it (template_messages)."""
         calls = [{"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                  for c in self.calls]
-        return [{"role": "assistant", "content": self.content, "tool_calls": calls},
+        thought = {"reasoning": self.thinking.strip()} if self.thinking.strip() else {}
+        return [{"role": "assistant", "content": self.content, "tool_calls": calls, **thought},
                 *({"role": "tool", "tool_call_id": c.call_id, "content": c.result if c.done else NOT_RUN}
                   for c in self.calls)]
 

@@ -86,6 +86,8 @@ _FAMILIES: tuple[tuple[tuple[str, ...], ModelFamily], ...] = (
     (("kimi-k2",), ModelFamily("Kimi-K2 Instruct", "plain", tool_parser="kimi_k2")),
     (("kimi-k3",), ModelFamily("Kimi-K3", "hybrid", "kimi_k3", tool_parser="kimi_k3")),
     (("gemma-4",), ModelFamily("Gemma 4", "hybrid", "gemma4", tool_parser="gemma4")),
+    # gpt-oss always reasons (Harmony's analysis channel; effort low/medium/high); card: temperature 1, top-p 1
+    (("gpt-oss",), ModelFamily("gpt-oss", "always", "openai_gptoss", CardSampling(1.0, 1.0), tool_parser="openai")),
     (("llama-4",), ModelFamily("Llama 4", "plain", tool_parser="llama4_pythonic")),
     (("llama-3",), ModelFamily("Llama 3.x", "plain", tool_parser="llama3_json")),
 )

@@ -211,7 +211,7 @@ class EngineHost(EngineBase):
         start = think_start_of_prompt(prompts.tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
         splitter = make_splitter(prompts.family.parser, prompts.tokenizer, start=start)
         reply = self._new_reply(rid, sampling, prompt_ids, thinking_on, ignore_eos, offer)
-        close_ids = prompts.encode(FORCED_THINK_CLOSE)
+        close_ids = prompts.encode(prompts.forced_close)
         if resume is not None:
             reply.generated_ids = prompts.encode(resume.thinking) if thinking_on else []
             reply.stream.resume_from(resume, len(reply.generated_ids))

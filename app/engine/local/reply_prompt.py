@@ -10,6 +10,8 @@ from app.core.models.model_families import ModelFamily
 from app.core.settings.settings import SamplingConfig
 from app.engine.base import Message
 from app.engine.reply import trimming
+from app.engine.reply.harmony import FORCED_FINAL, HarmonyTemplate
+from app.engine.reply.harmony import REASONING_PARSER as HARMONY_REASONING
 from app.engine.reply.reasoning import THINK_CLOSE
 from app.engine.reply.tool_calls import ToolOffer, template_messages
 
@@ -27,6 +29,16 @@ class ReplyPrompts:
         self.max_model_len = max_model_len
         self.reasoning_mode = reasoning_mode
 
+    @property
+    def harmony(self) -> bool:
+        """gpt-oss: its prompt and its forced answer are Harmony's channels, not think tags."""
+        return self.family.parser == HARMONY_REASONING
+
+    @property
+    def forced_close(self) -> str:
+        """What ends the thinking when the budget is spent or the user presses Answer now."""
+        return FORCED_FINAL if self.harmony else FORCED_THINK_CLOSE
+
     def thinking_on(self, sampling: SamplingConfig) -> bool:
         """The family's own thinking, or for a plain model our reasoning prompt if the config asks for it."""
         plain = self.family.thinking == "plain"
@@ -42,7 +54,10 @@ class ReplyPrompts:
                                   if self.family.thinking == "hybrid" else {})
         if tools:
             switch["tools"] = list(tools)
-        return trimming.fit_prompt(self.tokenizer, template_messages(messages), limit=self.max_model_len,
+        # gpt-oss: Harmony rendered as vLLM's server renders it (tool rounds' reasoning kept), not a Jinja template
+        tokenizer = HarmonyTemplate(self.tokenizer) if self.harmony else self.tokenizer
+        chat = list(messages) if self.harmony else template_messages(messages)
+        return trimming.fit_prompt(tokenizer, chat, limit=self.max_model_len,
                                    reserve=reserve, opened_think=opened_think, template_kwargs=switch)
 
     def for_reply(self, messages: list[Message], sampling: SamplingConfig, thinking_on: bool,

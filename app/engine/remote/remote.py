@@ -29,7 +29,7 @@ from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, EngineReady, FinishReason, ToolCall, ToolCallDelta
 from app.engine.reply.reasoning import RemoteReplySplitter, Split, think_start_for_model
 from app.engine.reply.stream import Phase, ReplyStream
-from app.engine.reply.tool_calls import new_call_id
+from app.engine.reply.tool_calls import new_call_id, without_reasoning
 from app.engine.requests import Resume, ToolChoice, Tools
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ class RemoteEngine(EngineBase):
                     raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
                                         NOT_STARTED_FIX)
                 kwargs: dict[str, Any] = {
-                    "model": self.model, "messages": list(messages), "stream": True,
+                    "model": self.model, "messages": without_reasoning(messages), "stream": True,
                     "temperature": sampling.temperature, "top_p": sampling.top_p,
                     "max_tokens": sampling.think_budget + sampling.max_tokens,
                     "stream_options": {"include_usage": True}}

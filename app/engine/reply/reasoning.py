@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from app.core.models.model_families import model_family
 from app.engine.events import AnswerDelta, EngineEvent, LoopDetected, ThinkingDelta
+from app.engine.reply.harmony import NEXT_MESSAGE, REASONING_PARSER, call_markup, harmony_parser, harmony_request
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -252,6 +253,50 @@ class VllmReasoningSplitter:
         return self._split(finish()) if finish is not None else Split()
 
 
+class HarmonySplitter:
+    """gpt-oss: thinking and answer from vLLM's HarmonyParser on the token ids (analysis → thinking; final and
+    commentary to no one → answer); calls go to the answer as their Harmony markup at the end, for the tool
+    gate (harmony.py says why)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._parser = harmony_parser(tokenizer)
+        self._request = harmony_request()
+        self._in_thinking = True  # gpt-oss opens with its analysis channel
+        self._calls: dict[int, list[str]] = {}  # index → [name, arguments]
+
+    @property
+    def in_thinking(self) -> bool:
+        return self._in_thinking
+
+    def feed(self, delta_text: str, delta_token_ids: Sequence[int] = ()) -> Split:
+        if not delta_token_ids:
+            return Split()
+        return self._split(self._parser.parse_delta(delta_text, list(delta_token_ids), self._request,
+                                                    finished=False))
+
+    def flush(self) -> Split:
+        """End of reply: what the parser held, then the calls as their markup (for the tool gate)."""
+        part = self._split(self._parser.parse_delta("", [], self._request, finished=True))
+        calls = NEXT_MESSAGE.join(call_markup(name, args) for name, args in self._calls.values())
+        self._calls.clear()
+        return Split(part.thinking, part.answer + calls)
+
+    def _split(self, delta: Any) -> Split:
+        if delta is None:
+            return Split()
+        for call in delta.tool_calls or ():
+            name, args = self._calls.setdefault(call.index, ["", ""])
+            function = call.function
+            self._calls[call.index] = [name + (function.name or "" if function else ""),
+                                       args + (function.arguments or "" if function else "")]
+        thinking, answer = delta.reasoning or "", delta.content or ""
+        if answer or delta.tool_calls:
+            self._in_thinking = False
+        elif thinking:
+            self._in_thinking = True
+        return Split(thinking, answer)
+
+
 class RemoteReplySplitter:
     """A remote server's deltas. Once it sends reasoning in a field of its own (``reasoning_content``
     or ``reasoning``) it has split the reply itself, and its content is all answer; until then the
@@ -283,6 +328,8 @@ def make_splitter(parser_name: str | None, tokenizer: Any, *, start: ThinkStart)
     """vLLM's parser for a reply that starts thinking, when the family has one and it accepts the
     tokenizer; else our splitter. vLLM's parsers take a reply without tags for reasoning, so a reply
     whose prompt closed the block (thinking off), or a plain one, never goes to them."""
+    if parser_name == REASONING_PARSER:  # Harmony: channels, not tags, and always vLLM's parser on the ids
+        return HarmonySplitter(tokenizer)
     if parser_name and start == "open":
         try:
             from vllm.reasoning import ReasoningParserManager

@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from app.engine.events import AnswerDelta, EngineEvent, Finished, ThinkingDelta, ToolCall, ToolCallDelta
+from app.engine.reply.harmony import TOOL_PARSER as HARMONY_TOOL_PARSER
+from app.engine.reply.harmony import harmony_parse
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,7 @@ CALL_MARKERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
                 ("<|tool_calls_section_end|>", "<|tool_call_section_end|>")),
     "kimi_k3": (("<|open|>tools<|sep|>",), ("<|close|>tools<|sep|>",)),
     "gemma4": (("<|tool_call>",), ("<tool_call|>",)),
+    "openai": (("<|channel|>commentary to=functions.",), ("<|call|>",)),  # harmony.call_markup
     "llama3_json": (("<|python_tag|>", "{"), ("}",)),
     "llama4_pythonic": (("<|python_start|>", "["), ("<|python_end|>", "]")),
 }
@@ -86,14 +89,21 @@ def offer_of(tools: Sequence[dict[str, Any]] | None, choice: str | dict[str, Any
 
 def template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages as chat templates take them: content never None, and a call's arguments as an object
-    (templates iterate them), as vLLM's server hands them over."""
+    (templates iterate them), as vLLM's server hands them over; a tool round's ``reasoning`` is left out (it is
+    for Harmony, which renders its own prompt)."""
     out = []
-    for message in messages:
-        message = {**message, "content": message.get("content") or ""}
+    for message in without_reasoning(messages):
+        message["content"] = message.get("content") or ""
         if message.get("tool_calls"):
             message["tool_calls"] = [_with_object_arguments(call) for call in message["tool_calls"]]
         out.append(message)
     return out
+
+
+def without_reasoning(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages less a tool round's ``reasoning``: for chat templates that never had it, and for remote servers
+    (OpenAI's refuses fields it doesn't know in a message)."""
+    return [{key: value for key, value in message.items() if key != "reasoning"} for message in messages]
 
 
 def _with_object_arguments(call: dict[str, Any]) -> dict[str, Any]:
@@ -272,7 +282,10 @@ class ToolCallGate:
 
 def gate_for(parser_name: str, tokenizer: Any, offer: ToolOffer) -> ToolCallGate:
     """A gate with vLLM's parser ``parser_name``; hermes when that one can't load with this tokenizer
-    (its special tokens are missing from the vocabulary)."""
+    (its special tokens are missing from the vocabulary). gpt-oss's ``openai`` parser is a stub in vLLM: its calls
+    are parsed by vLLM's HarmonyParser (harmony.harmony_parse)."""
+    if parser_name == HARMONY_TOOL_PARSER:
+        return ToolCallGate(offer, harmony_parse(tokenizer, offer.tools), parser_name)
     try:
         return ToolCallGate(offer, vllm_parse(parser_name, tokenizer, offer), parser_name)
     except Exception as exc:
