@@ -350,6 +350,9 @@ class EngineHost(EngineBase):
         except EngineFailure as failure:
             yield EngineErrorEvent(rid, failure)
             yield Finished(rid, "error", "", "")
+        except Exception as exc:  # noqa: BLE001 (logged in _request_failure): e.g. a prompt the template can't build
+            yield EngineErrorEvent(rid, self._request_failure(rid, exc))
+            yield Finished(rid, "error", "", "")
         finally:
             self._live.pop(rid, None)
             self._answer_now.discard(rid)
@@ -440,11 +443,17 @@ class EngineHost(EngineBase):
                           keep_special_tokens=offer is not None)
 
     def _request_failure(self, rid: str, exc: Exception) -> EngineFailure:
-        """A failed request as a typed failure: a dead engine says so, anything else is logged."""
+        """A failed request as a typed failure: a dead engine says so, a schema xgrammar refuses is the
+        client's to fix, anything else is logged."""
+        from vllm.exceptions import VLLMValidationError
         from vllm.v1.engine.exceptions import EngineDeadError
 
         if isinstance(exc, EngineDeadError) or getattr(self._engine, "errored", False):
             return engine_stopped()
+        if isinstance(exc, VLLMValidationError) and any(word in str(exc).lower() for word in ("schema", "grammar")):
+            log.info("request %s: the grammar engine refused its schema: %s", rid, exc)
+            return EngineFailure(FailureKind.BAD_SCHEMA, f"The JSON schema can't be enforced: {str(exc)[:300]}",
+                                 "Simplify the schema (xgrammar has no allOf of several branches, for example).")
         log.exception("request %s failed", rid)
         return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
                              f"Try again; details are in {vllm_logging.engine_log_path()}.")
