@@ -14,7 +14,8 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app.core.settings.paths import resources_dir
+from app.core.settings.instance_lock import InstanceLock
+from app.core.settings.paths import DataUnavailable, resources_dir
 from app.core.settings.settings import Settings, load_settings, save_settings, settings_path
 from app.engine.base import EngineBase
 from app.engine.machine.capability import HardwareProbe
@@ -30,8 +31,17 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
     QApplication.setApplicationName("Nalar")
     QApplication.setDesktopFileName("nalar")
     QApplication.setWindowIcon(QIcon(str(ICON)))
+    lock = InstanceLock()  # held until this process ends
+    if not lock.acquire():
+        return refuse_start(lock.already_running())
     first_run = not settings_path().exists()
-    settings, notice = load_settings()
+    try:
+        settings, notice = load_settings()
+        from app.core.chat.history import HistoryStore
+
+        history = HistoryStore()
+    except DataUnavailable as refused:  # in use, or from a newer Nalar: left untouched
+        return refuse_start(f"{refused.problem}\n\n{refused.fix}")
     welcome = False
     if first_run:
         # The KV dtype defaults to fp8 where this machine supports it; saved so Settings shows it.
@@ -52,7 +62,7 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
 
     from app.ui.main_window import MainWindow
 
-    window = MainWindow(engine, settings, notice, keys=keys)
+    window = MainWindow(engine, settings, notice, history=history, keys=keys)
     window.show()
     if keys.notice:  # a profile needed a key and there is no keyring to read it from
         window.show_notice(keys.notice)
@@ -84,6 +94,19 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
         loop.run_until_complete(cancel_pending_tasks())  # an abandoned engine start, a slot mid-await
     window.controller.bridge.close()  # idempotent: the window's closeEvent usually did it already
     return 0
+
+
+def refuse_start(message: str) -> int:
+    """Nalar can't start without harming the user's data: say why (log, console, a dialog), exit 1."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    log.error("not starting: %s", message)
+    print(f"nalar: {message}", file=sys.stderr, flush=True)
+    box = QMessageBox(QMessageBox.Icon.Critical, "Nalar can't start", message)
+    box.setTextFormat(Qt.TextFormat.PlainText)  # paths and SQLite's words, never markup
+    box.exec()
+    return 1
 
 
 async def cancel_pending_tasks(timeout: float = 2.0) -> None:
