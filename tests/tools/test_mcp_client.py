@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import socketserver
 import subprocess
@@ -15,7 +16,15 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from app.core.settings.settings import Settings, ToolsConfig, ToolServer, load_settings, save_settings, settings_path
+from app.core.settings.settings import (
+    Settings,
+    ToolsConfig,
+    ToolServer,
+    changed,
+    load_settings,
+    save_settings,
+    settings_path,
+)
 from app.tools.mcp_client import McpToolbox, ToolInfo
 from tests.support import MCP_DEMO_SERVER
 
@@ -217,3 +226,29 @@ def test_tools_settings_round_trip_and_an_older_file_loads() -> None:
     assert load_settings()[0].tools == tools
     with pytest.raises(ValidationError):
         ToolsConfig(servers=(DEMO_SERVER, DEMO_SERVER))
+
+
+def test_always_allow_goes_with_its_server_and_a_new_one_of_the_same_name_starts_with_none() -> None:
+    """Bug caught: grants were keyed by server and tool name and outlived the server's removal, so a new
+    server added under the same name inherited them, and its delete_file ran unasked."""
+    first = ToolServer(name="files", command=sys.executable, args=(DEMO,))
+    granted = Settings(tools=ToolsConfig(servers=(first,), always_allow=("files/delete_file", "files/add")))
+    save_settings(granted)
+    assert load_settings()[0].tools.always_allow == ("files/delete_file", "files/add")
+    removed = changed(granted, tools=changed(granted.tools, servers=()).model_dump())
+    save_settings(removed)
+    assert load_settings()[0].tools.always_allow == ()
+    stranger = ToolServer(name="files", command=sys.executable, args=(DEMO, "--another"))
+    save_settings(changed(removed, tools=changed(removed.tools, servers=(stranger,)).model_dump()))
+    reloaded = load_settings()[0].tools
+    assert reloaded.servers == (stranger,) and reloaded.always_allow == ()
+
+
+def test_a_grant_for_a_server_not_configured_is_dropped_on_load() -> None:
+    """Bug caught: a settings file whose always_allow names a server it doesn't configure (removed by hand,
+    or by an older Nalar) handed that grant to whichever server is added next under the name."""
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema_version": 1, "tools": {"always_allow": ["files/delete_file"]}}))
+    loaded, notice = load_settings()
+    assert notice is None and loaded.tools.always_allow == ()

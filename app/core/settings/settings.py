@@ -223,6 +223,10 @@ class ToolsConfig(BaseModel):
         names = [server.name for server in self.servers]
         if len(names) != len(set(names)):
             raise ValueError("two tool servers have the same name")
+        # A grant goes with its server: a server added later under the same name starts with none.
+        kept = tuple(key for key in self.always_allow if key.split("/", 1)[0] in names)
+        if kept != self.always_allow:
+            object.__setattr__(self, "always_allow", kept)  # frozen model: set once, while it is validated
         return self
 
     def server(self, name: str) -> ToolServer | None:

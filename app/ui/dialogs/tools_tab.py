@@ -137,6 +137,7 @@ class ToolsTab(QWidget):
         if item is not None:
             name = item.data(0, KEY_ROLE)
             self.servers = [s for s in self.servers if s.name != name]
+            self.always = {key for key in self.always if key.split("/", 1)[0] != name}  # its grants go with it
             self.refresh()
             self.changed.emit()
 
