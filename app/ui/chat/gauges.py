@@ -187,7 +187,7 @@ def kv_text(usage: float, capacity_tokens: int) -> str:
     """The KV gauge's words. A remote server reports no pool (capacity 0): say so, not "0.0 % of 0"."""
     if capacity_tokens <= 0:
         return "not reported by the server"
-    return f"{usage:.1%} of {capacity_tokens:,} tokens"
+    return f"{usage:.1%} of {capacity_tokens:,} tokens" if usage else f"0% of {capacity_tokens:,} tokens"
 
 
 def context_text(tokens: int, max_model_len: int) -> str:
