@@ -16,6 +16,7 @@ class FailureKind(enum.Enum):
     ENGINE_START_FAILED = "engine failed to start"
     PROMPT_TOO_LONG = "prompt too long"
     BAD_MESSAGES = "messages the chat template refuses"
+    BAD_SCHEMA = "a JSON schema the grammar engine refuses"
     REQUEST_FAILED = "request failed"
     NOT_READY = "engine not ready"
     UNREACHABLE = "endpoint unreachable"

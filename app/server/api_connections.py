@@ -5,6 +5,10 @@ no deadline for the request's headers, and a traceback at ERROR (with the first 
 oversized header line, the token included) for every malformed request. Here any local process can
 connect, so each connection gets a deadline for its first headers, the number open is capped, and
 refusals are logged once per client and kind, without anything the client sent.
+
+Only connections that sent the token count against the cap: a refused request (401, 403) closes its
+connection, and connections not yet past the token have a separate, smaller allowance, so clients
+without the token can't take the places of those with it.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ log = logging.getLogger("app.server.api_server")
 KEEPALIVE_S = 75.0  # as nginx; the openai client's pool keeps idle connections for 5 s
 HEADER_READ_S = 10.0  # a new connection must have sent its first request's headers by then
 BODY_READ_S = 30.0  # and a request its whole body, once its headers are in
-MAX_CONNECTIONS = 128  # well under a default 1,024-descriptor limit; 50 streams at once fit
+MAX_CONNECTIONS = 128  # authenticated ones: well under a default 1,024-descriptor limit; 50 streams at once fit
+MAX_UNAUTHENTICATED = 64  # connections not yet past the token (each closed after its header deadline or refusal)
 HEADER_END = b"\r\n\r\n"
 NO_RETRY = {"x-should-retry": "false"}  # the openai client obeys it: an error is raised, not retried
 
@@ -50,14 +55,21 @@ class QuietLog:
 class ConnectionGuard:
     """A server's limits on connections, how many are open, and its quiet log."""
 
-    def __init__(self, *, max_connections: int = MAX_CONNECTIONS, header_read_s: float = HEADER_READ_S,
-                 body_read_s: float = BODY_READ_S, keepalive_s: float = KEEPALIVE_S) -> None:
+    def __init__(self, *, max_connections: int = MAX_CONNECTIONS, max_unauthenticated: int = MAX_UNAUTHENTICATED,
+                 header_read_s: float = HEADER_READ_S, body_read_s: float = BODY_READ_S,
+                 keepalive_s: float = KEEPALIVE_S) -> None:
         self.max_connections = max_connections
+        self.max_unauthenticated = max_unauthenticated
         self.header_read_s = header_read_s
         self.body_read_s = body_read_s
         self.keepalive_s = keepalive_s
         self.open = 0
+        self.authenticated = 0  # of the open ones, those that sent the token
         self.quiet = QuietLog()
+
+    def over_cap(self) -> ApiError:
+        return ApiError(503, f"The local API server has {self.max_connections} connections open, its most. Close "
+                             "idle ones, or retry shortly.", kind="server_error", code="too_many_connections")
 
 
 def _canned(error: ApiError) -> bytes:
@@ -74,23 +86,31 @@ class GuardedRequestHandler(web.RequestHandler):
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._admitted = False
+        self.authenticated = False
         self._header_deadline: asyncio.TimerHandle | None = None
         self._seen_tail = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         guard = self._guard
         peer = _peer(transport)
-        if guard.open >= guard.max_connections:
+        if guard.open - guard.authenticated >= guard.max_unauthenticated:
             guard.quiet.once(peer, "refused a connection over the cap")
-            transport.write(_canned(ApiError(  # type: ignore[attr-defined]
-                503, f"The local API server has {guard.max_connections} connections open, its most. Close idle "
-                     "ones, or retry shortly.", kind="server_error", code="too_many_connections")))
+            transport.write(_canned(guard.over_cap()))  # type: ignore[attr-defined]
             transport.close()
             return
         guard.open += 1
         self._admitted = True
         self._header_deadline = asyncio.get_running_loop().call_later(guard.header_read_s, self._headers_late, peer)
         super().connection_made(transport)
+
+    def admit_authenticated(self) -> bool:
+        """A request with the token: the connection now counts against the cap, if there is room."""
+        if not self.authenticated:
+            if self._guard.authenticated >= self._guard.max_connections:
+                return False
+            self.authenticated = True
+            self._guard.authenticated += 1
+        return True
 
     def _headers_late(self, peer: str | None) -> None:
         self._header_deadline = None
@@ -113,6 +133,9 @@ class GuardedRequestHandler(web.RequestHandler):
             return  # refused in connection_made: aiohttp never saw it
         self._admitted = False
         self._guard.open -= 1
+        if self.authenticated:
+            self.authenticated = False
+            self._guard.authenticated -= 1
         if self._header_deadline is not None:
             self._header_deadline.cancel()
             self._header_deadline = None

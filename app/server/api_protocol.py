@@ -27,7 +27,12 @@ from app.core.settings.settings import RequestControls, SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind
 
 MAX_MESSAGES = 4_096  # more is never needed: the context holds a few hundred turns at most
-MAX_TOTAL_CHARS = 1_000_000
+MAX_TOTAL_CHARS = 1_000_000  # every field a client writes counts: texts, arguments, thinking, tools, schema, stops
+MAX_SCHEMA_CHARS = 100_000  # a response_format schema, as JSON: xgrammar compiles it on the engine's loop
+MAX_TOOLS_CHARS = 200_000  # the tools, as JSON: a forced call compiles them into a schema too
+MAX_STOPS = 16
+MAX_STOP_CHARS = 1_000  # each stop string is looked for in the text after every token
+MAX_JSON_DEPTH = 64  # deeper JSON (schemas, parameters) only serves to exhaust a recursive parser
 MAX_TOKENS = 131_072  # SamplingConfig's own bound
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -271,9 +276,27 @@ def parse_json(raw: bytes, charset: str | None) -> Any:
         raise ApiError(400, f"The body is not valid JSON: {str(exc)[:200]}.", code="invalid_json") from None
 
 
+def json_depth(value: Any) -> int:
+    """How deep JSON nests (a scalar is 0), without recursion: the value may be built to exhaust it."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def parse_chat_request(body: Any) -> ChatRequest:
     if not isinstance(body, dict):
         raise ApiError(400, "The body must be a JSON object.", code="invalid_json")
+    if json_depth(body) > MAX_JSON_DEPTH:
+        raise ApiError(400, f"The JSON body nests more than {MAX_JSON_DEPTH} levels deep; flatten it (schemas and "
+                            "parameters included).", code="invalid_json")
     try:
         request = ChatRequest.model_validate(body)
     except ValidationError as exc:
@@ -285,12 +308,34 @@ def parse_chat_request(body: Any) -> ChatRequest:
                             f"{MAX_MESSAGES:,}. Send the recent ones (older turns would not fit the context).",
                        param="messages", code="too_many_messages")
     _check_tools_and_stops(request)
-    total = sum(len(m.content) for m in request.messages)
+    tools = len(json.dumps(request.tool_list())) if request.tools else 0
+    if tools > MAX_TOOLS_CHARS:
+        raise ApiError(400, f"'tools' is {tools:,} characters of JSON; this server takes at most "
+                            f"{MAX_TOOLS_CHARS:,}. Offer fewer tools, or shorter descriptions.",
+                       param="tools", code="tools_too_long")
+    schema = request.controls().json_schema or ""
+    if len(schema) > MAX_SCHEMA_CHARS:
+        raise ApiError(400, f"'response_format' holds a schema of {len(schema):,} characters; this server takes "
+                            f"at most {MAX_SCHEMA_CHARS:,}. Simplify the schema.",
+                       param="response_format", code="schema_too_long")
+    total = sum(_message_chars(m) for m in request.messages) + tools + len(schema) + sum(map(len, _stops(request)))
     if total > MAX_TOTAL_CHARS:
-        raise ApiError(400, f"'messages' holds {total:,} characters; this server takes at most "
-                            f"{MAX_TOTAL_CHARS:,}. Send the recent turns only.",
-                       param="messages", code="messages_too_long")
+        raise ApiError(400, f"The request holds {total:,} characters (messages, tool calls, thinking, tools, schema "
+                            f"and stops together); this server takes at most {MAX_TOTAL_CHARS:,}. Send the recent "
+                            "turns only.", param="messages", code="messages_too_long")
     return request
+
+
+def _message_chars(message: ChatMessage) -> int:
+    """Every text a message carries, not its content alone: arguments and thinking reach the template too."""
+    calls = sum(len(call.id) + len(call.function.name) + len(call.function.arguments)
+                for call in message.tool_calls or ())
+    return (len(message.content) + len(message.name or "") + len(message.tool_call_id or "") + calls
+            + len(message.reasoning or "") + len(message.reasoning_content or ""))
+
+
+def _stops(request: ChatRequest) -> list[str]:
+    return [request.stop] if isinstance(request.stop, str) else request.stop or []
 
 
 def _check_tools_and_stops(request: ChatRequest) -> None:
@@ -302,10 +347,10 @@ def _check_tools_and_stops(request: ChatRequest) -> None:
     if choice == "required" and not names:
         raise ApiError(400, "Invalid 'tool_choice': 'required' needs 'tools'.", param="tool_choice",
                        code="invalid_value")
-    stops = [request.stop] if isinstance(request.stop, str) else request.stop or []
-    if len(stops) > 16 or not all(stops):
-        raise ApiError(400, "Invalid 'stop': it takes up to 16 non-empty strings.", param="stop",
-                       code="invalid_value")
+    stops = _stops(request)
+    if len(stops) > MAX_STOPS or not all(stops) or any(len(stop) > MAX_STOP_CHARS for stop in stops):
+        raise ApiError(400, f"Invalid 'stop': it takes up to {MAX_STOPS} non-empty strings of at most "
+                            f"{MAX_STOP_CHARS:,} characters each.", param="stop", code="invalid_value")
 
 
 def _validation_error(exc: ValidationError) -> ApiError:
@@ -330,6 +375,8 @@ def engine_error(failure: EngineFailure) -> ApiError:
         return ApiError(400, message, param="messages", code="context_length_exceeded")
     if failure.kind is FailureKind.BAD_MESSAGES:
         return ApiError(400, message, param="messages", code="invalid_value")
+    if failure.kind is FailureKind.BAD_SCHEMA:
+        return ApiError(400, f"Invalid 'response_format': {message}", param="response_format", code="invalid_value")
     if failure.kind in (FailureKind.NOT_READY, FailureKind.ENGINE_DIED):
         return ApiError(503, message, kind=SERVER_ERROR, code="engine_unavailable")
     return ApiError(500, message, kind=SERVER_ERROR, code="engine_error")

@@ -138,8 +138,8 @@ class LocalApiServer:
         host = request.headers.get("Host")
         if host is not None and _host_name(host).lower() not in ALLOWED_HOSTS:
             self.guard.quiet.once(request.remote, "refused a request for another host name")
-            return error_response(ApiError(403, "This server answers only requests addressed to 127.0.0.1 or "
-                                                "localhost.", code="host_not_allowed"))
+            return _closing(error_response(ApiError(403, "This server answers only requests addressed to 127.0.0.1 "
+                                                         "or localhost.", code="host_not_allowed")))
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -163,8 +163,12 @@ class LocalApiServer:
         scheme, _, token = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape").partition(b" ")
         if scheme.lower() != b"bearer" or not secrets.compare_digest(token.strip(), self._token):
             self.guard.quiet.once(request.remote, "refused a request without the right token")
-            return error_response(ApiError(401, "A valid bearer token is required (Settings → Local API server "
-                                                "shows it).", code="invalid_api_key"))
+            return _closing(error_response(ApiError(401, "A valid bearer token is required (Settings → Local API "
+                                                         "server shows it).", code="invalid_api_key")))
+        connection = request.protocol
+        if isinstance(connection, GuardedRequestHandler) and not connection.admit_authenticated():
+            self.guard.quiet.once(request.remote, "refused a request over the connection cap")
+            return _closing(error_response(self.guard.over_cap()))
         response: web.StreamResponse = await handler(request)
         return response
 
@@ -309,6 +313,12 @@ class LocalApiServer:
     def _chunk(self, rid: str, created: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
         return _sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": self._model_id(),
                      "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+
+def _closing(response: web.Response) -> web.Response:
+    """A refusal that also ends its connection: a client without the token keeps no place open."""
+    response.force_close()
+    return response
 
 
 def _http_error(request: web.Request, exc: HTTPException) -> web.Response:

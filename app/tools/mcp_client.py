@@ -110,7 +110,8 @@ class _Connection:
                 else:
                     if problem := loopback_url_problem(config.url):  # settings check it too; this costs nothing
                         raise ValueError(problem)
-                    read, write = await stack.enter_async_context(streamable_http_client(config.url))
+                    http = await stack.enter_async_context(_loopback_http_client())
+                    read, write = await stack.enter_async_context(streamable_http_client(config.url, http_client=http))
                 session = await stack.enter_async_context(ClientSession(read, write))
                 await session.initialize()
                 self.tools = await self._list_tools(session)
@@ -137,6 +138,16 @@ class _Connection:
             if not cursor:
                 break
         return tuple(tools)
+
+
+def _loopback_http_client() -> Any:
+    """The MCP SDK's HTTP client, but deaf to HTTP_PROXY and friends (trust_env=False): a loopback
+    server's tool arguments and results must never travel through the user's proxy."""
+    import httpx2
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+    return httpx2.AsyncClient(timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+                              trust_env=False)
 
 
 def _server_log(name: str) -> TextIO:

@@ -19,12 +19,14 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication, QWidget
 
-from app.core.settings.paths import resources_dir
+from app.core.settings.instance_lock import InstanceLock
+from app.core.settings.paths import DataUnavailable, resources_dir
 from app.core.settings.settings import Settings, load_settings, save_settings, settings_path
 from app.engine.base import EngineBase
 from app.engine.machine.capability import HardwareProbe
 
 if TYPE_CHECKING:
+    from app.core.chat.history import HistoryStore
     from app.core.settings.keystore import KeyStore
     from app.ui.main_window import MainWindow
 
@@ -36,8 +38,17 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
             report_startup: bool = False) -> int:
     """Run the window until it closes. vllm and torch are imported only after it is shown."""
     app, loop = start_qt(argv)
+    lock = InstanceLock()  # held until this process ends
+    if not lock.acquire():
+        return refuse_start(lock.already_running())
     first_run = not settings_path().exists()
-    settings, notice = load_settings()
+    try:
+        settings, notice = load_settings()
+        from app.core.chat.history import HistoryStore
+
+        history = HistoryStore()
+    except DataUnavailable as refused:  # in use, or from a newer Nalar: left untouched
+        return refuse_start(f"{refused.problem}\n\n{refused.fix}")
     welcome = False
     if first_run:
         # The KV dtype defaults to fp8 where this machine supports it; saved so Settings shows it.
@@ -56,7 +67,7 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
 
         engine = build_engine(settings.backends, keys)
 
-    window = open_window(engine, settings, notice, keys)
+    window = open_window(engine, settings, notice, keys, history)
     if keys.notice:  # a profile needed a key and there is no keyring to read it from
         window.show_notice(keys.notice)
 
@@ -99,11 +110,11 @@ def start_qt(argv: list[str]) -> tuple[QApplication, qasync.QEventLoop]:
 
 
 def open_window(engine: EngineBase, settings: Settings, notice: str | None = None,
-                keys: KeyStore | None = None) -> MainWindow:
+                keys: KeyStore | None = None, history: HistoryStore | None = None) -> MainWindow:
     """The main window on ``engine``, shown; the engine starts when its "restart_engine" action runs."""
     from app.ui.main_window import MainWindow
 
-    window = MainWindow(engine, settings, notice, keys=keys)
+    window = MainWindow(engine, settings, notice, history=history, keys=keys)
     window.show()
     return window
 
@@ -115,6 +126,19 @@ def close_qt(app: QApplication, loop: qasync.QEventLoop) -> None:
     loop.close()
     asyncio.set_event_loop(None)
     app.processEvents()
+
+
+def refuse_start(message: str) -> int:
+    """Nalar can't start without harming the user's data: say why (log, console, a dialog), exit 1."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    log.error("not starting: %s", message)
+    print(f"nalar: {message}", file=sys.stderr, flush=True)
+    box = QMessageBox(QMessageBox.Icon.Critical, "Nalar can't start", message)
+    box.setTextFormat(Qt.TextFormat.PlainText)  # paths and SQLite's words, never markup
+    box.exec()
+    return 1
 
 
 async def cancel_pending_tasks(timeout: float = 2.0) -> None:

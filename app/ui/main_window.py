@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QInputDialog, QLabel, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QInputDialog, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
 from app.core.chat.conversation import Conversation
@@ -31,6 +31,7 @@ from app.ui.chat.chat_view import ChatView
 from app.ui.chat.conversation_list import ConversationList
 from app.ui.chat.gauges import GaugeBar
 from app.ui.chat.panes import ErrorBanner, PromptEdit
+from app.ui.chat.plain_text import plain_label
 from app.ui.chat.reply_controls import ReplyControls
 from app.ui.chat.status_bar import EngineStatusBar
 from app.ui.controllers.chat_session import ChatSession
@@ -79,7 +80,7 @@ class MainWindow(QMainWindow):
         self.conversation_list = ConversationList(self.session.store.model)
         self.chat_view = ChatView()
         self.banner = ErrorBanner()
-        self.notice_label = QLabel(wordWrap=True)
+        self.notice_label = plain_label(word_wrap=True)  # notices quote servers, tools and files
         self.notice_label.setObjectName("NoticeLabel")
         self.notice_label.hide()
         self.prompt = PromptEdit()

@@ -49,8 +49,7 @@ def test_trust_remote_code_is_off_by_default() -> None:
     assert EngineConfig().trust_remote_code is False
 
 
-@pytest.mark.parametrize("content", ["{not json", json.dumps({"engine": {"max_model_len": -5}}),
-                                     json.dumps({"schema_version": 99})])
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"engine": {"max_model_len": -5}}), "[1, 2]"])
 def test_corrupted_file_is_backed_up_and_defaults_load(content: str) -> None:
     path = settings_path()
     path.parent.mkdir(parents=True, exist_ok=True)

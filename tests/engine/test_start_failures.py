@@ -184,3 +184,61 @@ def test_a_retrys_fallback_is_saved_only_once_the_start_works(qtbot, make_window
     assert engine.starts[2].gpu_memory_utilization == 0.5
     assert load_settings()[0].engine.gpu_memory_utilization == 0.5, "the suggestion that worked is kept"
     assert len(engine.starts) == 3, "keeping it did not restart the engine"
+
+
+OTHER_ENGINE_PROCESS = """
+import json, logging, logging.config, os
+from app.engine.local import vllm_logging
+config = vllm_logging.configure_vllm_logging().parent / f"vllm-logging-{os.getpid()}.json"
+logging.config.dictConfig(json.loads(config.read_text()))  # as vLLM does on import, from the exported path
+try:
+    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+except RuntimeError:
+    logging.getLogger("vllm.v1.engine.core").exception("EngineCore failed to start.")
+"""
+
+
+def test_a_start_classifies_only_its_own_processes_log_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: a start read every line appended to the shared engine.log since it began, so a benchmark's
+    engine process (or a dying EngineCore) that ran out of memory meanwhile made this start's unrelated
+    failure an OUT_OF_MEMORY with a fallback that changes the user's settings."""
+    import json
+    import logging.config
+    import os
+    import subprocess
+    import sys
+
+    from app.engine.local import vllm_logging
+
+    monkeypatch.delenv("VLLM_LOGGING_CONFIG_PATH", raising=False)
+    log_file = vllm_logging.configure_vllm_logging()
+    ours = logging.getLogger("vllm.test_ours")
+    config = json.loads((log_file.parent / f"vllm-logging-{os.getpid()}.json").read_text())
+    handler_config = config["handlers"]["file"]
+    handler = logging.FileHandler(handler_config["filename"], encoding="utf-8")
+    handler.setFormatter(logging.Formatter(config["formatters"]["plain"]["format"]))
+    ours.addHandler(handler)
+    ours.propagate = False
+    offset = vllm_logging.log_size(log_file)
+    try:
+        ours.warning("Initializing a V1 LLM engine with config: model='m'")
+        subprocess.run([sys.executable, "-c", OTHER_ENGINE_PROCESS], check=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+        ours.error("the tokenizer could not be loaded")
+    finally:
+        ours.removeHandler(handler)
+        handler.close()
+    everything = log_file.read_bytes()[offset:].decode()  # what the old reading saw
+    assert "CUDA out of memory" in everything
+    mine = vllm_logging.read_log_since(log_file, offset)
+    assert "CUDA out of memory" not in mine and "EngineCore failed" not in mine
+    assert "Initializing" in mine and "tokenizer could not be loaded" in mine
+    failure = classify_start_failure(RuntimeError("Engine core initialization failed."), mine, FP8, str(log_file))
+    assert failure.kind is FailureKind.ENGINE_START_FAILED
+    assert stat_mode(log_file) == 0o600
+
+
+def stat_mode(path: Path) -> int:
+    import stat
+
+    return stat.S_IMODE(path.stat().st_mode)

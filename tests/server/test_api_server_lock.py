@@ -173,12 +173,12 @@ def test_connections_over_the_cap_get_a_json_503_and_the_rest_still_work() -> No
     with scripted_api(guard=ConnectionGuard(max_connections=4)) as api:
         held = [api.connect() for _ in range(4)]
         with httpx.Client(timeout=30) as http:
-            held[0].sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            assert held[0].recv(65536).startswith(b"HTTP/1.1 401"), "the first four are served"
-            extra = api.connect()
-            reply = read_until_closed(extra)
-            extra.close()
-            assert reply.startswith(b"HTTP/1.1 503") and b'"code": "too_many_connections"' in reply
+            for sock in held:  # four clients with the token, each keeping its connection
+                sock.sendall(f"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {api.token}"
+                             "\r\n\r\n".encode())
+                assert sock.recv(65536).startswith(b"HTTP/1.1 200"), "the first four are served"
+            over = http.get(api.url + "/models", headers=api.auth)
+            assert over.status_code == 503 and over.json()["error"]["code"] == "too_many_connections"
             for sock in held:
                 sock.close()
             ok = http.get(api.url + "/models", headers=api.auth)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -12,7 +16,15 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
-from app.core.settings.settings import Settings, ToolsConfig, ToolServer, load_settings, save_settings, settings_path
+from app.core.settings.settings import (
+    Settings,
+    ToolsConfig,
+    ToolServer,
+    changed,
+    load_settings,
+    save_settings,
+    settings_path,
+)
 from app.tools.mcp_client import McpToolbox, ToolInfo
 from tests.support import MCP_DEMO_SERVER
 
@@ -117,12 +129,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_streamable_http_on_loopback() -> None:
-    """Bug caught: the HTTP transport wired wrong (only stdio ever tested), so URL servers never list tools."""
+@contextlib.contextmanager
+def http_demo_server() -> Iterator[int]:
+    """The demo MCP server over streamable HTTP on 127.0.0.1, as a real child process; yields its port."""
     port = free_port()
     server = subprocess.Popen([sys.executable, DEMO, "http", str(port)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
-    box = McpToolbox()
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -131,15 +143,66 @@ def test_streamable_http_on_loopback() -> None:
                     break
             assert server.poll() is None, "the HTTP demo server exited"
             time.sleep(0.2)  # ok-sleep: polling a port of a process we started
-        config = ToolServer(name="web", url=f"http://127.0.0.1:{port}/mcp")
-        states = run(box, box.configure([config]))
-        assert states["web"].problem is None, states["web"].problem
-        result = run(box, box.call(box.find("add"), '{"a": 3, "b": 4}', 20))
-        assert (result.status, result.text) == ("ok", "7")
+        yield port
     finally:
-        box.close()
         server.kill()
         server.wait(10)
+
+
+def test_streamable_http_on_loopback() -> None:
+    """Bug caught: the HTTP transport wired wrong (only stdio ever tested), so URL servers never list tools."""
+    box = McpToolbox()
+    with http_demo_server() as port:
+        try:
+            config = ToolServer(name="web", url=f"http://127.0.0.1:{port}/mcp")
+            states = run(box, box.configure([config]))
+            assert states["web"].problem is None, states["web"].problem
+            result = run(box, box.call(box.find("add"), '{"a": 3, "b": 4}', 20))
+            assert (result.status, result.text) == ("ok", "7")
+        finally:
+            box.close()
+
+
+class ProxyCatcher(socketserver.ThreadingTCPServer):
+    """A "proxy" on 127.0.0.1 that only notes who connected and answers 502."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+
+
+class _ProxyHandler(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        assert isinstance(self.server, ProxyCatcher)
+        self.server.seen.append(self.request.recv(4096))
+        self.request.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+
+def test_loopback_mcp_traffic_never_goes_through_the_users_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: the SDK's HTTP client read HTTP_PROXY (trust_env), so a tool's arguments and results bound
+    for a server on 127.0.0.1 went to the user's proxy instead."""
+    proxy = ProxyCatcher()
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}"
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, proxy_url)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    box = McpToolbox()
+    try:
+        with http_demo_server() as port:
+            states = run(box, box.configure([ToolServer(name="web", url=f"http://127.0.0.1:{port}/mcp")]))
+            assert states["web"].problem is None, states["web"].problem
+            result = run(box, box.call(box.find("add"), '{"a": 3, "b": 4}', 20))
+            assert (result.status, result.text) == ("ok", "7")
+    finally:
+        box.close()
+        proxy.shutdown()
+        proxy.server_close()
+    assert proxy.seen == []
 
 
 @pytest.mark.parametrize("url", ["http://example.com/mcp", "http://10.0.0.5:8000/mcp", "ftp://127.0.0.1/x",
@@ -163,3 +226,29 @@ def test_tools_settings_round_trip_and_an_older_file_loads() -> None:
     assert load_settings()[0].tools == tools
     with pytest.raises(ValidationError):
         ToolsConfig(servers=(DEMO_SERVER, DEMO_SERVER))
+
+
+def test_always_allow_goes_with_its_server_and_a_new_one_of_the_same_name_starts_with_none() -> None:
+    """Bug caught: grants were keyed by server and tool name and outlived the server's removal, so a new
+    server added under the same name inherited them, and its delete_file ran unasked."""
+    first = ToolServer(name="files", command=sys.executable, args=(DEMO,))
+    granted = Settings(tools=ToolsConfig(servers=(first,), always_allow=("files/delete_file", "files/add")))
+    save_settings(granted)
+    assert load_settings()[0].tools.always_allow == ("files/delete_file", "files/add")
+    removed = changed(granted, tools=changed(granted.tools, servers=()).model_dump())
+    save_settings(removed)
+    assert load_settings()[0].tools.always_allow == ()
+    stranger = ToolServer(name="files", command=sys.executable, args=(DEMO, "--another"))
+    save_settings(changed(removed, tools=changed(removed.tools, servers=(stranger,)).model_dump()))
+    reloaded = load_settings()[0].tools
+    assert reloaded.servers == (stranger,) and reloaded.always_allow == ()
+
+
+def test_a_grant_for_a_server_not_configured_is_dropped_on_load() -> None:
+    """Bug caught: a settings file whose always_allow names a server it doesn't configure (removed by hand,
+    or by an older Nalar) handed that grant to whichever server is added next under the name."""
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema_version": 1, "tools": {"always_allow": ["files/delete_file"]}}))
+    loaded, notice = load_settings()
+    assert notice is None and loaded.tools.always_allow == ()

@@ -3,6 +3,10 @@
 A reply's row is created when it starts, with ``finish_reason`` NULL. Partial text is
 written as it streams; the final figures when it ends. A row still NULL when the store
 next opens belonged to a process that died: it is marked ``interrupted``.
+
+Only a file SQLite calls corrupt (SQLITE_CORRUPT, SQLITE_NOTADB, a failed quick_check) is moved
+aside. A locked file (another program holds it) or one from a newer Nalar is left as it is, and
+``DataUnavailable`` says why.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.conversation import Conversation, ToolRound, Turn
 from app.core.settings import paths
+from app.core.settings.paths import DataUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,20 @@ MIGRATIONS = {
 }
 
 
+BUSY_TIMEOUT_S = 10.0  # how long a locked file is waited for (SQLite retries) before it is reported
+CORRUPT_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+class _FailedCheck(sqlite3.DatabaseError):
+    """PRAGMA quick_check found damage."""
+
+
+def is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """SQLite's own word that the file is damaged, not merely busy, locked or unwritable."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, _FailedCheck) or (code is not None and (code & 0xFF) in CORRUPT_CODES)
+
+
 def history_path() -> Path:
     return paths.data_dir() / HISTORY_FILE
 
@@ -70,13 +89,19 @@ def history_path() -> Path:
 class HistoryStore:
     """One SQLite file. Used from the GUI thread; each call is one short transaction."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.path = path or history_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        paths.private_dir(self.path.parent)
+        self.busy_timeout_s = busy_timeout_s
         self.notice: str | None = None
         try:
             self._db = self._open()
         except sqlite3.DatabaseError as exc:
+            if not is_corrupt(exc):
+                log.warning("history database %s can't be opened (%s); left as it is", self.path, exc)
+                raise DataUnavailable(f"Your conversation history ({self.path}) can't be opened: {exc}.",
+                                      "Another program (perhaps another Nalar) may be using it: close it and "
+                                      "start Nalar again. Nothing was changed.") from exc
             backup = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
             for suffix in ("", "-wal", "-shm"):
                 part = Path(str(self.path) + suffix)
@@ -89,19 +114,26 @@ class HistoryStore:
         self.interrupted = self._mark_interrupted()
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, isolation_level=None)  # autocommit; `with db:` groups writes
+        db = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout_s)  # autocommit
         try:
+            paths.make_private(self.path)  # SQLite gives its -wal and -shm files the same mode
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
             check = db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
-                raise sqlite3.DatabaseError(f"integrity check failed: {check}")
+                raise _FailedCheck(f"integrity check failed: {check}")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise DataUnavailable(
+                    f"Your conversation history ({self.path}) was written by a newer Nalar (schema {version}; "
+                    f"this one reads up to {SCHEMA_VERSION}).", "Run the newer Nalar, or update this one. "
+                    "The history was left untouched.")
             fresh = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'messages'").fetchone()[0] == 0
             db.executescript(SCHEMA)
             self._migrate(db, fresh)
-        except sqlite3.DatabaseError:
+        except BaseException:
             db.close()
             raise
         return db

@@ -10,9 +10,9 @@ from app.core.settings import paths
 
 def configure_logging(*, console: bool = True) -> None:
     """nalar.log in the log dir (the engine process writes there too), and warnings on the console."""
-    folder = paths.log_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = paths.private_dir(paths.log_dir())  # 0700: rotated files are the user's alone too
     handler = RotatingFileHandler(folder / "nalar.log", maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+    paths.make_private(folder / "nalar.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.setLevel(logging.INFO)

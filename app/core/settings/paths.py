@@ -35,3 +35,29 @@ def resources_dir() -> Path:
         if (folder / "nalar.svg").is_file():
             return folder
     return checkout  # the caller's missing-file error then names the checkout path
+
+
+PRIVATE_DIR = 0o700  # conversations, settings, keys' names and logs are the user's alone
+PRIVATE_FILE = 0o600
+
+
+def private_dir(folder: Path) -> Path:
+    """``folder``, created if needed, readable by its owner only (mkdir's mode is masked by the umask)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(PRIVATE_DIR)
+    return folder
+
+
+def make_private(path: Path) -> None:
+    """An existing file of ours, made readable by its owner only (files created before 0600 included)."""
+    if path.exists():
+        path.chmod(PRIVATE_FILE)
+
+
+class DataUnavailable(Exception):
+    """A data file Nalar must not touch now (in use, or from a newer Nalar): what and how to fix it."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem} {fix}")
+        self.problem = problem
+        self.fix = fix

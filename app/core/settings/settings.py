@@ -6,6 +6,7 @@ settings dialog and the engine both read this schema, never a second list.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import logging
@@ -229,6 +230,10 @@ class ToolsConfig(BaseModel):
         names = [server.name for server in self.servers]
         if len(names) != len(set(names)):
             raise ValueError("two tool servers have the same name")
+        # A grant goes with its server: a server added later under the same name starts with none.
+        kept = tuple(key for key in self.always_allow if key.split("/", 1)[0] in names)
+        if kept != self.always_allow:
+            object.__setattr__(self, "always_allow", kept)  # frozen model: set once, while it is validated
         return self
 
     def server(self, name: str) -> ToolServer | None:
@@ -269,10 +274,12 @@ def settings_path() -> Path:
     return paths.config_dir() / SETTINGS_FILE
 
 
-def _migrate(raw: dict[str, Any]) -> dict[str, Any]:
+def _migrate(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     version = int(raw.get("schema_version", SCHEMA_VERSION))
     if version > SCHEMA_VERSION:
-        raise ValueError(f"settings were written by a newer Nalar (schema {version})")
+        raise paths.DataUnavailable(f"Your settings ({path}) were written by a newer Nalar (schema {version}; this "
+                                    f"one reads up to {SCHEMA_VERSION}).",
+                                    "Run the newer Nalar, or update this one. The file was left untouched.")
     while version < SCHEMA_VERSION:
         raw = MIGRATIONS[version](raw)
         version += 1
@@ -284,13 +291,15 @@ def load_settings(path: Path | None = None) -> tuple[Settings, str | None]:
     """Load settings. Returns (settings, notice); the notice tells the user about a recovery.
 
     A file that can't be read as valid settings is moved aside and defaults load, so
-    nothing the user wrote is lost and Nalar still starts.
+    nothing the user wrote is lost and Nalar still starts. A file from a newer Nalar is not damaged:
+    it raises DataUnavailable and stays as it is (saving defaults over it would lose it).
     """
     path = path or settings_path()
     if not path.exists():
         return Settings(), None
     try:
-        return Settings.model_validate(_migrate(json.loads(path.read_text(encoding="utf-8")))), None
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return Settings.model_validate(_migrate(raw, path) if isinstance(raw, dict) else raw), None
     except (OSError, ValueError, ValidationError, KeyError) as exc:
         backup = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
         path.replace(backup)
@@ -309,7 +318,11 @@ def _short_reason(exc: Exception) -> str:
 def save_settings(settings: Settings, path: Path | None = None) -> None:
     """Write atomically, so a crash mid-write never leaves a half file."""
     path = path or settings_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    paths.private_dir(path.parent)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(settings.model_dump_json(indent=2), encoding="utf-8")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # a leftover from a crash could carry another mode: O_EXCL makes ours 0600
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, paths.PRIVATE_FILE)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(settings.model_dump_json(indent=2))
     os.replace(tmp, path)

@@ -172,6 +172,9 @@ class EngineHost(EngineBase):
         except EngineFailure as failure:
             yield EngineErrorEvent(rid, failure)
             yield Finished(rid, "error", "", "")
+        except Exception as exc:  # noqa: BLE001 (logged in request_failure): e.g. a prompt the template can't build
+            yield EngineErrorEvent(rid, request_failure(self._engine, rid, exc))
+            yield Finished(rid, "error", "", "")
         finally:
             self._live.pop(rid, None)
             self._answer_now.discard(rid)
@@ -224,7 +227,7 @@ class EngineHost(EngineBase):
             except asyncio.CancelledError:
                 yield reply.stream.aborted()
                 raise
-            except Exception as exc:  # noqa: BLE001 (logged in _request_failure): keep the partial reply
+            except Exception as exc:  # noqa: BLE001 (logged in request_failure): keep the partial reply
                 for event in reply.stream.failed(request_failure(self._engine, rid, exc)):
                     yield event
                 return

@@ -244,11 +244,17 @@ class ReplyRequests:
 
 
 def request_failure(engine: Any, rid: str, exc: Exception) -> EngineFailure:
-    """A failed request as a typed failure: a dead engine says so, anything else is logged."""
+    """A failed request as a typed failure: a dead engine says so, a schema xgrammar refuses is the client's
+    to fix, anything else is logged."""
+    from vllm.exceptions import VLLMValidationError
     from vllm.v1.engine.exceptions import EngineDeadError
 
     if isinstance(exc, EngineDeadError) or getattr(engine, "errored", False):
         return engine_stopped()
+    if isinstance(exc, VLLMValidationError) and any(word in str(exc).lower() for word in ("schema", "grammar")):
+        log.info("request %s: the grammar engine refused its schema: %s", rid, exc)
+        return EngineFailure(FailureKind.BAD_SCHEMA, f"The JSON schema can't be enforced: {str(exc)[:300]}",
+                             "Simplify the schema (xgrammar has no allOf of several branches, for example).")
     log.exception("request %s failed", rid)
     return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
                          f"Try again; details are in {vllm_logging.engine_log_path()}.")

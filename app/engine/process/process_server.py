@@ -23,7 +23,7 @@ from typing import Any
 
 from app.engine.base import EngineBase
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineEvent, StatusChanged
+from app.engine.events import EngineErrorEvent, EngineEvent, Finished, StatusChanged
 from app.engine.process import process_protocol as protocol
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,20 @@ class EngineServer:
             ignore_eos=message.ignore_eos, resume=message.resume, tools=[t.as_openai() for t in message.tools] or None,
             tool_choice=choice))
         self._streams[rid] = stream
-        stream.add_done_callback(lambda _: self._streams.pop(rid, None))
+        stream.add_done_callback(lambda done: self._stream_ended(rid, done))
+
+    def _stream_ended(self, rid: str, stream: concurrent.futures.Future[Any]) -> None:
+        """A stream that raised never sent its Finished, and the window would wait for it for ever: end the
+        reply there as a typed failure, and log why."""
+        self._streams.pop(rid, None)
+        if stream.cancelled() or (error := stream.exception()) is None:
+            return
+        log.error("request %s failed before its end", rid, exc_info=error)
+        failure = error if isinstance(error, EngineFailure) else EngineFailure(
+            FailureKind.REQUEST_FAILED, f"The request failed: {type(error).__name__}: {str(error)[:200]}",
+            "Try again; details are in nalar.log.")
+        self.out.send(protocol.Event(rid, EngineErrorEvent(rid, failure)))
+        self.out.send(protocol.Event(rid, Finished(rid, "error", "", "")))
 
     def cancel(self, message: protocol.Cancel) -> None:
         if (stream := self._streams.get(message.request_id)) is not None:

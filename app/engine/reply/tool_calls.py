@@ -111,8 +111,8 @@ def _with_object_arguments(call: dict[str, Any]) -> dict[str, Any]:
     if isinstance(function.get("arguments"), str):
         try:
             function["arguments"] = json.loads(function["arguments"])
-        except ValueError:
-            pass  # not JSON: the template gets the text
+        except (ValueError, RecursionError):
+            pass  # not JSON, or nested past the parser's depth ("[" * 200000): the template gets the text
     return {**call, "function": function}
 
 

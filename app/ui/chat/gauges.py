@@ -166,23 +166,37 @@ class GaugeBar(QFrame):
         self.kv_capacity_tokens = ready.kv_capacity_tokens
         self.kv_label.setText(f"KV cache ({ready.kv_cache_dtype})" if local else "KV cache (on the server)")
         self.kv_bar.setValue(0)
-        self.kv_bar.setFormat(f"0% of {ready.kv_capacity_tokens:,} tokens")
-        self.context_bar.setRange(0, ready.max_model_len)
+        self.kv_bar.setFormat(kv_text(0.0, ready.kv_capacity_tokens))
+        self.context_bar.setRange(0, max(1, ready.max_model_len))
         self.context_bar.setValue(0)
-        self.context_bar.setFormat(f"0 / {ready.max_model_len:,}")
+        self.context_bar.setFormat(context_text(0, ready.max_model_len))
 
     def update_metrics(self, metrics: Metrics) -> None:
         self.kv_usage = metrics.kv_usage
-        self.kv_bar.setValue(int(metrics.kv_usage * 1000))
-        self.kv_bar.setFormat(f"{metrics.kv_usage:.1%} of {metrics.kv_capacity_tokens:,} tokens")
+        self.kv_bar.setValue(int(metrics.kv_usage * 1000) if metrics.kv_capacity_tokens else 0)
+        self.kv_bar.setFormat(kv_text(metrics.kv_usage, metrics.kv_capacity_tokens))
         self.thinking_rate.setText(_rate_text(metrics.thinking_tok_s, metrics.thinking_ms_per_token))
         self.answer_rate.setText(_rate_text(metrics.answer_tok_s, metrics.answer_ms_per_token))
         self.ttft.setText("–" if metrics.ttft_s is None else f"{metrics.ttft_s * 1000:.0f} ms")
         self.context_bar.setRange(0, max(1, metrics.max_model_len))
         self.context_bar.setValue(min(metrics.context_tokens, metrics.max_model_len))
-        self.context_bar.setFormat(f"{metrics.context_tokens:,} / {metrics.max_model_len:,}")
+        self.context_bar.setFormat(context_text(metrics.context_tokens, metrics.max_model_len))
         self.tok_s = metrics.thinking_tok_s if metrics.phase == "thinking" else metrics.answer_tok_s
         self.sparkline.add(self.tok_s)
+
+
+def kv_text(usage: float, capacity_tokens: int) -> str:
+    """The KV gauge's words. A remote server reports no pool (capacity 0): say so, not "0.0 % of 0"."""
+    if capacity_tokens <= 0:
+        return "not reported by the server"
+    return f"{usage:.1%} of {capacity_tokens:,} tokens" if usage else f"0% of {capacity_tokens:,} tokens"
+
+
+def context_text(tokens: int, max_model_len: int) -> str:
+    """The context gauge's words; a server that doesn't report its context length gets no "/ 0"."""
+    if max_model_len <= 0:
+        return f"{tokens:,} tokens (the server reports no limit)"
+    return f"{tokens:,} / {max_model_len:,}"
 
 
 def _rate_text(tok_s: float, ms_per_token: float) -> str:

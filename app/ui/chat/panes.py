@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.engine.errors import EngineFailure, FailureKind
 from app.ui.chat.answer_view import AnswerDocument
+from app.ui.chat.plain_text import escaped
 
 MARKDOWN_REFRESH_MS = 100
 # Qt re-lays out a whole block on every insert; a trace with no newlines would make that O(n²).
@@ -373,6 +374,8 @@ class ErrorBanner(QFrame):
         self.setStyleSheet("#ErrorBanner { background: #fdecea; border: 1px solid #e0a19b; border-radius: 4px; }"
                            "#ErrorBanner QLabel { color: #611a15; }")
         self.message = QLabel(wordWrap=True)
+        self.message.setTextFormat(Qt.TextFormat.RichText)  # our bold line; the texts inside are escaped
+        self._plain = ""
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.action = QPushButton()
         self.action.clicked.connect(self.action_clicked)
@@ -395,10 +398,13 @@ class ErrorBanner(QFrame):
         self.show_problem(failure.message, failure.fix, action)
 
     def show_problem(self, problem: str, fix: str, action_text: str | None = None) -> None:
-        self.message.setText(f"<b>{problem}</b><br>{fix}")
+        # problem and fix can hold a server's error body, a model id, an MCP error: escaped, never markup
+        self.message.setText(f"<b>{escaped(problem)}</b><br>{escaped(fix)}")
+        self._plain = f"{problem}\n{fix}"
         self.action.setVisible(bool(action_text))
         self.action.setText(action_text or "")
         self.show()
 
     def text(self) -> str:
-        return self.message.text()
+        """What the banner says, as the user reads it."""
+        return self._plain

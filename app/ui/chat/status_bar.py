@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QProgressBar, QStatusBar, QWidget
+from PySide6.QtWidgets import QProgressBar, QStatusBar, QWidget
 
 from app.engine.events import StatusChanged
+from app.ui.chat.plain_text import plain_label
 
 
 class EngineStatusBar(QStatusBar):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.status_label = QLabel("starting…")
+        self.status_label = plain_label("starting…")  # a remote's model id or failover reason can land here
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(200)
         self.addWidget(self.status_label, 1)
         self.addPermanentWidget(self.progress)
-        self.api_label = QLabel()
+        self.api_label = plain_label()
         self.api_label.setObjectName("ApiServerStatus")
         self.addPermanentWidget(self.api_label)
 

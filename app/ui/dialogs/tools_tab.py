@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.settings.settings import ToolsConfig, ToolServer, tool_key
+from app.ui.chat.plain_text import plain_tooltip
 from app.ui.controllers.tools_controller import ToolsController
 
 KEY_ROLE = Qt.ItemDataRole.UserRole
@@ -136,6 +137,7 @@ class ToolsTab(QWidget):
         if item is not None:
             name = item.data(0, KEY_ROLE)
             self.servers = [s for s in self.servers if s.name != name]
+            self.always = {key for key in self.always if key.split("/", 1)[0] != name}  # its grants go with it
             self.refresh()
             self.changed.emit()
 
@@ -167,7 +169,7 @@ class ToolsTab(QWidget):
             for tool in state.tools if state is not None and state.config == server else ():
                 item = QTreeWidgetItem([f"{tool.name}: {tool.description.splitlines()[0] if tool.description else ''}"])
                 item.setData(0, KEY_ROLE, tool.key)
-                item.setToolTip(0, tool.description)
+                item.setToolTip(0, plain_tooltip(tool.description))  # the MCP server wrote it
                 item.setCheckState(1, Qt.CheckState.Unchecked if tool.key in self.disabled else Qt.CheckState.Checked)
                 item.setCheckState(2, Qt.CheckState.Checked if tool.key in self.always else Qt.CheckState.Unchecked)
                 top.addChild(item)
