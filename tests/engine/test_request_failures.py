@@ -10,12 +10,14 @@ from collections.abc import AsyncGenerator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+from app.core.models.model_families import PLAIN
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.base import Message
 from app.engine.errors import FailureKind
 from app.engine.events import EngineErrorEvent, EngineEvent, EngineReady, Finished
 from app.engine.local.host import EngineHost
 from app.engine.local.local_reply import request_failure
+from app.engine.local.reply_prompt import ReplyPrompts
 from app.engine.process import process_server
 from app.engine.process.engine_process import EngineProcess
 from app.engine.reply.tool_calls import template_messages
@@ -55,7 +57,7 @@ def test_a_failure_before_generation_ends_the_reply_as_a_typed_error_and_is_logg
     host = EngineHost()
     host._engine = SimpleNamespace(errored=False, vllm_config=SimpleNamespace(
         device_config=SimpleNamespace(device_type="cpu"), scheduler_config=SimpleNamespace(max_num_batched_tokens=0)))
-    host._tokenizer = TokenizerThatBreaks()
+    host._prompts = ReplyPrompts(TokenizerThatBreaks(), PLAIN, 2048, reasoning_mode=False)
     host.config = EngineConfig(model="m")
     host.ready = EngineReady("m", "auto", 2048, 10_000, 1.0, 0.1)
 
