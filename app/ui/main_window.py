@@ -66,7 +66,7 @@ class MainWindow(QMainWindow):
         self._build_widgets()
         self.menus = WindowMenus(self, self.controller, self.session, self.tools, self.gauges)
         self._connect()
-        self._connect_tools()
+        _connect_tools(self)
         self.session.store.load_history()
         self.refresh_state()
         if settings_notice:
@@ -86,29 +86,9 @@ class MainWindow(QMainWindow):
         self.prompt = PromptEdit()
         self.attachments = AttachmentsBar()
         self.controls = ReplyControls()
-        controls = self.controls
-
-        center = QWidget()
-        center_layout = QVBoxLayout(center)
-        for widget, stretch in ((self.banner, 0), (self.chat_view, 1), (self.notice_label, 0), (self.attachments, 0),
-                               (self.prompt, 0),
-                                (controls, 0)):
-            center_layout.addWidget(widget, stretch)
-
-        body = QSplitter(Qt.Orientation.Horizontal)
-        body.addWidget(self.conversation_list)
-        body.addWidget(center)
-        body.setSizes([220, 1060])
         self.gauges = GaugeBar()
-        root = QWidget()
-        root_layout = QVBoxLayout(root)
-        root_layout.setContentsMargins(6, 6, 6, 0)
-        root_layout.addWidget(self.gauges)
-        root_layout.addWidget(body, 1)
-        self.setCentralWidget(root)
-
         self.status_bar = EngineStatusBar()
-        self.setStatusBar(self.status_bar)
+        _lay_out(self)
 
     def _connect(self) -> None:
         bridge, controller, session = self.controller.bridge, self.controller, self.session
@@ -148,22 +128,6 @@ class MainWindow(QMainWindow):
         lst.rename_button.clicked.connect(self.rename_conversation)
         lst.delete_button.clicked.connect(self.delete_conversation)
         lst.list.selectionModel().currentRowChanged.connect(lambda current, _: store.select(current.row()))
-
-    def _connect_tools(self) -> None:
-        session, panel, loop = self.session, self.chat_view.tool_panel, self.session.tool_loop
-        assert loop is not None
-        panel.run.connect(loop.approve)
-        panel.always.connect(lambda step: loop.approve(step, always=True))
-        panel.deny.connect(loop.deny)
-        self.controls.tools_switch.toggled.connect(session.store.set_tools)
-        self.tools.notice.connect(self.show_notice)
-        controller = self.controller
-        self.tools.servers_changed.connect(
-            lambda: self.controls.tools_switch.show_tools(len(self.tools.offered(controller.settings.tools))))
-        controller.settings_changed.connect(lambda before, after: self.tools.sync(after.tools.servers,
-                                                                                  before.tools.servers))
-        if controller.settings.tools.servers:  # once the UI loop runs: the window is built before qasync's loop starts
-            QTimer.singleShot(0, lambda: self.tools.configure(controller.settings.tools.servers))
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -277,3 +241,41 @@ class MainWindow(QMainWindow):
             self.session.history.close()
             log.info("window closed; engine shut down in %.1f s", time.monotonic() - started)
         event.accept()
+
+
+def _lay_out(window: MainWindow) -> None:
+    """Conversations left of the transcript, prompt and controls; the gauges above both."""
+    center = QWidget()
+    center_layout = QVBoxLayout(center)
+    for widget, stretch in ((window.banner, 0), (window.chat_view, 1), (window.notice_label, 0),
+                            (window.attachments, 0), (window.prompt, 0), (window.controls, 0)):
+        center_layout.addWidget(widget, stretch)
+    body = QSplitter(Qt.Orientation.Horizontal)
+    body.addWidget(window.conversation_list)
+    body.addWidget(center)
+    body.setSizes([220, 1060])
+    root = QWidget()
+    root_layout = QVBoxLayout(root)
+    root_layout.setContentsMargins(6, 6, 6, 0)
+    root_layout.addWidget(window.gauges)
+    root_layout.addWidget(body, 1)
+    window.setCentralWidget(root)
+    window.setStatusBar(window.status_bar)
+
+
+def _connect_tools(window: MainWindow) -> None:
+    """The tool panel's approvals, the tools switch and the tool servers' notices and settings."""
+    session, panel, loop = window.session, window.chat_view.tool_panel, window.session.tool_loop
+    assert loop is not None
+    panel.run.connect(loop.approve)
+    panel.always.connect(lambda step: loop.approve(step, always=True))
+    panel.deny.connect(loop.deny)
+    window.controls.tools_switch.toggled.connect(session.store.set_tools)
+    window.tools.notice.connect(window.show_notice)
+    controller = window.controller
+    window.tools.servers_changed.connect(
+        lambda: window.controls.tools_switch.show_tools(len(window.tools.offered(controller.settings.tools))))
+    controller.settings_changed.connect(
+        lambda before, after: window.tools.sync(after.tools.servers, before.tools.servers))
+    if controller.settings.tools.servers:  # once the UI loop runs: the window is built before qasync's loop starts
+        QTimer.singleShot(0, lambda: window.tools.configure(controller.settings.tools.servers))

@@ -79,10 +79,9 @@ class WelcomeDialog(QDialog):
         self.engine_update: dict[str, Any] = {}
         self.download: HubDownload | None = None
         self._worker: Operation[Path] | None = None
-        self._recommendations: list[Recommendation | CpuRecommendation] = []
         self._build()
-        self._fill()
-        self.reachability_checked.connect(self._on_reachability)
+        self._recommendations: list[Recommendation | CpuRecommendation] = _fill(self)
+        self.reachability_checked.connect(lambda reason: _show_offline(self, reason))
         self.download_progress.connect(self._on_progress)
         self.download_finished.connect(self._on_finished)
         self.download_failed.connect(self._on_failed)
@@ -135,64 +134,6 @@ class WelcomeDialog(QDialog):
             layout.addWidget(widget)
         layout.addLayout(buttons)
 
-    def _fill(self) -> None:
-        gpu = self.probe.gpus[0] if self.probe.gpus else None
-        embedded = QListWidgetItem("Embedded SmolLM2-135M · already on this machine · works offline and on the CPU")
-        embedded.setData(ROLE, EMBEDDED)
-        if gpu is None:
-            self._fill_cpu(embedded)
-            return
-        self.hardware_label.setText(f"Detected: {gpu.name}, {gpu.vram_total_bytes / GIB:.1f} GiB of VRAM"
-                                    f"{held_by_others(gpu)}. "
-                                    f"KV cache: {'FP8' if is_fp8(self.kv_cache_dtype) else 'bf16'}.")
-        gpu_recs = recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes)
-        pick = best(gpu_recs)
-        self._add_catalog_items(gpu_recs, pick, embedded)
-        if pick is None:
-            self.reason_label.setText(f"None of the recommended models fits in {gpu.vram_total_bytes / GIB:.1f} GiB "
-                                      "with room to think, so the embedded model is the choice.")
-        else:
-            self.reason_label.setText("Figures are the planner's, before download: vLLM measures the real ones "
-                                      "at start. Models come from the Hugging Face hub.")
-
-    def _fill_cpu(self, embedded: QListWidgetItem) -> None:
-        """No NVIDIA GPU: small reasoning models sized by RAM, with speed from the measured memory bandwidth."""
-        bandwidth = host_bandwidth()
-        ram = ram_total_bytes()
-        self.hardware_label.setText(
-            f"No NVIDIA GPU found: Nalar runs on the CPU engine. {ram / GIB:.1f} GiB of RAM, memory bandwidth "
-            f"{bandwidth.describe()}. KV cache: {'FP8' if is_fp8(self.kv_cache_dtype) else 'bf16'}.")
-        cpu_recs = cpu_recommendations(ram, self.kv_cache_dtype, bandwidth)
-        pick = best_cpu(cpu_recs)
-        self._add_catalog_items(cpu_recs, pick, embedded)
-        if pick is None:
-            self.reason_label.setText(f"None of the small reasoning models fits in {ram / GIB:.1f} GiB of RAM "
-                                      "beside the runtime, so the embedded model is the choice.")
-        else:
-            self.reason_label.setText(
-                "On the CPU a reasoning model is slow: it thinks for hundreds of tokens before it answers. These "
-                "are small enough to be usable. Speeds are upper bounds (memory bandwidth ÷ bytes read per "
-                "token); expect less. Models come from the Hugging Face hub.")
-
-    def _add_catalog_items(self, recs: list[Any], pick: Any, embedded: QListWidgetItem) -> None:
-        """One row per planned model (too big: shown, greyed out), the embedded model last; selects the pick."""
-        self._recommendations = recs
-        current = embedded
-        for rec in recs:
-            star = "★ Recommended · " if rec is pick else ""
-            kept = partial_bytes(rec.model.repo_id)
-            resume = f" · {format_bytes(kept)} already downloaded: resumes" if kept else ""
-            note = f"\n{rec.model.note}" if rec.model.note else ""
-            item = QListWidgetItem(f"{star}{rec.model.label}{resume}\n{rec.summary()}{note}")
-            item.setData(ROLE, rec.model.repo_id)
-            if not rec.fits:
-                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
-            self.model_list.addItem(item)
-            if rec is pick:
-                current = item
-        self.model_list.addItem(embedded)
-        self.model_list.setCurrentItem(current)
-
     # ---- state ---------------------------------------------------------------------------------------
 
     def item_for(self, key: str) -> QListWidgetItem:
@@ -210,17 +151,6 @@ class WelcomeDialog(QDialog):
         key = current.data(ROLE) if current else None
         self.use_button.setText("Use" if key in (None, EMBEDDED) else "Download and use")
         self.use_button.setEnabled(current is not None and not self.downloading)
-
-    def _on_reachability(self, reason: str | None) -> None:
-        if reason is None:
-            return
-        log.info("hub unreachable: %s", reason)
-        for rec in self._recommendations:
-            item = self.item_for(rec.model.repo_id)
-            item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
-        self.model_list.setCurrentItem(self.item_for(EMBEDDED))
-        self.reason_label.setText(f"Offline: {reason} The embedded model works without a network; a model "
-                                  "folder you already have works too (Local folder…).")
 
     def _show_error(self, text: str) -> None:
         self.error_label.setText(text)
@@ -258,7 +188,7 @@ class WelcomeDialog(QDialog):
 
     def start_download(self, repo_id: str) -> None:
         self._show_error("")
-        self.download = HubDownload(repo_id, on_progress=lambda p: self._emit(self.download_progress, p))
+        self.download = HubDownload(repo_id, on_progress=lambda p: _emit(self.download_progress, p))
         self.progress.setValue(0)
         self.progress.show()
         self.progress_label.setText(f"Connecting to {self.download.endpoint}…")
@@ -268,14 +198,6 @@ class WelcomeDialog(QDialog):
         self.local_button.setEnabled(False)
         self._worker = run_blocking(f"Downloading {repo_id}", self.download.run, parent=self).success(
             self.download_finished.emit).failure(self._download_failed)
-
-    @staticmethod
-    def _emit(signal: Any, *args: object) -> None:
-        """Progress, from the download's thread: the dialog may have been closed and deleted meanwhile."""
-        try:
-            signal.emit(*args)
-        except RuntimeError:
-            log.debug("welcome dialog gone; dropped a worker result")
 
     def _download_failed(self, exc: Exception) -> None:
         if isinstance(exc, DownloadCancelled):
@@ -335,3 +257,89 @@ class WelcomeDialog(QDialog):
             self.download.cancel()
             self._worker.wait(10)  # type: ignore[union-attr]
         super().done(result)
+
+
+# ---- the model list: built and greyed out here, so the dialog class keeps to its choices and the download
+
+
+def _fill(dialog: WelcomeDialog) -> list[Any]:
+    """The catalog planned for this machine's GPU, or for its CPU and RAM; returns the planned models."""
+    gpu = dialog.probe.gpus[0] if dialog.probe.gpus else None
+    embedded = QListWidgetItem("Embedded SmolLM2-135M · already on this machine · works offline and on the CPU")
+    embedded.setData(ROLE, EMBEDDED)
+    if gpu is None:
+        return _fill_cpu(dialog, embedded)
+    dialog.hardware_label.setText(f"Detected: {gpu.name}, {gpu.vram_total_bytes / GIB:.1f} GiB of VRAM"
+                                  f"{held_by_others(gpu)}. "
+                                  f"KV cache: {'FP8' if is_fp8(dialog.kv_cache_dtype) else 'bf16'}.")
+    gpu_recs = recommendations(gpu.vram_total_bytes, gpu.vram_free_bytes)
+    pick = best(gpu_recs)
+    _add_catalog_items(dialog, gpu_recs, pick, embedded)
+    if pick is None:
+        dialog.reason_label.setText(f"None of the recommended models fits in {gpu.vram_total_bytes / GIB:.1f} GiB "
+                                    "with room to think, so the embedded model is the choice.")
+    else:
+        dialog.reason_label.setText("Figures are the planner's, before download: vLLM measures the real ones "
+                                    "at start. Models come from the Hugging Face hub.")
+    return gpu_recs
+
+
+def _fill_cpu(dialog: WelcomeDialog, embedded: QListWidgetItem) -> list[Any]:
+    """No NVIDIA GPU: small reasoning models sized by RAM, with speed from the measured memory bandwidth."""
+    bandwidth = host_bandwidth()
+    ram = ram_total_bytes()
+    dialog.hardware_label.setText(
+        f"No NVIDIA GPU found: Nalar runs on the CPU engine. {ram / GIB:.1f} GiB of RAM, memory bandwidth "
+        f"{bandwidth.describe()}. KV cache: {'FP8' if is_fp8(dialog.kv_cache_dtype) else 'bf16'}.")
+    cpu_recs = cpu_recommendations(ram, dialog.kv_cache_dtype, bandwidth)
+    pick = best_cpu(cpu_recs)
+    _add_catalog_items(dialog, cpu_recs, pick, embedded)
+    if pick is None:
+        dialog.reason_label.setText(f"None of the small reasoning models fits in {ram / GIB:.1f} GiB of RAM "
+                                    "beside the runtime, so the embedded model is the choice.")
+    else:
+        dialog.reason_label.setText(
+            "On the CPU a reasoning model is slow: it thinks for hundreds of tokens before it answers. These "
+            "are small enough to be usable. Speeds are upper bounds (memory bandwidth ÷ bytes read per "
+            "token); expect less. Models come from the Hugging Face hub.")
+    return cpu_recs
+
+
+def _add_catalog_items(dialog: WelcomeDialog, recs: list[Any], pick: Any, embedded: QListWidgetItem) -> None:
+    """One row per planned model (too big: shown, greyed out), the embedded model last; selects the pick."""
+    current = embedded
+    for rec in recs:
+        star = "★ Recommended · " if rec is pick else ""
+        kept = partial_bytes(rec.model.repo_id)
+        resume = f" · {format_bytes(kept)} already downloaded: resumes" if kept else ""
+        note = f"\n{rec.model.note}" if rec.model.note else ""
+        item = QListWidgetItem(f"{star}{rec.model.label}{resume}\n{rec.summary()}{note}")
+        item.setData(ROLE, rec.model.repo_id)
+        if not rec.fits:
+            item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
+        dialog.model_list.addItem(item)
+        if rec is pick:
+            current = item
+    dialog.model_list.addItem(embedded)
+    dialog.model_list.setCurrentItem(current)
+
+
+def _show_offline(dialog: WelcomeDialog, reason: str | None) -> None:
+    """The hub can't be reached: grey out the catalog and select the embedded model."""
+    if reason is None:
+        return
+    log.info("hub unreachable: %s", reason)
+    for rec in dialog._recommendations:
+        item = dialog.item_for(rec.model.repo_id)
+        item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled)
+    dialog.model_list.setCurrentItem(dialog.item_for(EMBEDDED))
+    dialog.reason_label.setText(f"Offline: {reason} The embedded model works without a network; a model "
+                                "folder you already have works too (Local folder…).")
+
+
+def _emit(signal: Any, *args: object) -> None:
+    """Progress, from the download's thread: the dialog may have been closed and deleted meanwhile."""
+    try:
+        signal.emit(*args)
+    except RuntimeError:
+        log.debug("welcome dialog gone; dropped a worker result")
