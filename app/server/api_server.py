@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from aiohttp import web
@@ -32,15 +29,6 @@ from aiohttp.web_exceptions import HTTPException
 
 from app.core.settings.settings import SamplingConfig
 from app.engine.base import EngineBase
-from app.engine.events import (
-    AnswerDelta,
-    EngineErrorEvent,
-    EngineEvent,
-    Finished,
-    LoopDetected,
-    ThinkingDelta,
-    ToolCallDelta,
-)
 from app.server.api_connections import (
     ConnectionGuard,
     GuardedRequestHandler,
@@ -50,20 +38,16 @@ from app.server.api_protocol import (
     MAX_BODY_BYTES,
     SERVER_ERROR,
     ApiError,
-    ChatRequest,
-    engine_error,
     parse_chat_request,
     parse_json,
     public_model_id,
 )
+from app.server.api_replies import complete_reply, first_call_only, stream_reply
 
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"  # never another interface: the token is the only lock on it
 ALLOWED_HOSTS = ("127.0.0.1", "localhost")  # a browser page on another name (DNS rebinding) is refused
-
-Events = AsyncGenerator[EngineEvent, None]
-
 
 def _host_name(header: str) -> str:
     """'localhost:8765' → 'localhost'; '[::1]:8765' → '[::1]'."""
@@ -205,114 +189,15 @@ class LocalApiServer:
         replies = self.engine.generate(chat.chat_messages(), sampling, rid, tools=chat.tool_list(),
                                        tool_choice=chat.tool_choice_value())
         if chat.parallel_tool_calls is False:
-            replies = _first_call_only(replies)
+            replies = first_call_only(replies)
         async with contextlib.aclosing(replies) as events:
             try:
                 if chat.stream:
-                    return await self._stream(request, events, rid, chat)
-                return await self._complete(request, events, rid)
+                    return await stream_reply(request, events, rid, chat, self._model_id())
+                return await complete_reply(request, events, rid, self._model_id())
             except asyncio.CancelledError:
                 log.info("API client left during %s; aborted", rid)
                 raise
-
-    async def _complete(self, request: web.Request, events: Events, rid: str) -> web.Response:
-        thinking: list[str] = []
-        answer: list[str] = []
-        loops: list[LoopDetected] = []
-        async for event in events:
-            if isinstance(event, EngineErrorEvent):
-                raise engine_error(event.failure)  # even after part of an answer: it is not the answer
-            if isinstance(event, ThinkingDelta):
-                thinking.append(event.text)
-            elif isinstance(event, AnswerDelta):
-                answer.append(event.text)
-            elif isinstance(event, LoopDetected):
-                loops.append(event)
-            elif isinstance(event, Finished):
-                self._check_finished(request, event, rid)
-                # The texts a stream would have sent, not Finished's (cut at the loop): the two agree.
-                reasoning = "".join(thinking) or None
-                message: dict[str, Any] = {"role": "assistant", "content": "".join(answer) or None,
-                                           "reasoning": reasoning, "reasoning_content": reasoning}
-                if not event.tool_calls and message["content"] is None:
-                    message["content"] = ""
-                if event.tool_calls:
-                    message["tool_calls"] = [call.as_openai() for call in event.tool_calls]
-                if loops:  # the loop guard cut or concluded this reply: say so, and where it cut
-                    message["loop_guard"] = "\n".join(loop.summary() for loop in loops)
-                    message["loop_guard_kept_chars"] = loops[-1].kept_char
-                return web.json_response({
-                    "id": rid, "object": "chat.completion", "created": int(time.time()), "model": self._model_id(),
-                    "choices": [{"index": 0, "message": message, "finish_reason": _finish_reason(event)}],
-                    "usage": _usage(event)})
-        raise ApiError(500, "The engine ended the request without a reply.", kind=SERVER_ERROR, code="engine_error")
-
-    def _check_finished(self, request: web.Request, finished: Finished, rid: str) -> None:
-        if finished.reason in ("stop", "length", "loop", "tool_calls"):
-            return
-        if request.transport is None or request.transport.is_closing():
-            log.info("API client left during %s; aborted", rid)
-        raise ApiError(503, "The request was stopped before the reply finished.", kind=SERVER_ERROR,
-                       code="request_aborted")
-
-    async def _stream(self, request: web.Request, events: Events, rid: str, chat: ChatRequest) -> web.StreamResponse:
-        created = int(time.time())
-        response: web.StreamResponse | None = None
-        try:
-            async for event in events:
-                if isinstance(event, EngineErrorEvent):
-                    if response is None:
-                        raise engine_error(event.failure)  # nothing sent yet: a plain HTTP error
-                    await _write_error(response, engine_error(event.failure))
-                    return response
-                if not isinstance(event, (ThinkingDelta, AnswerDelta, ToolCallDelta, LoopDetected, Finished)):
-                    continue
-                if isinstance(event, Finished):
-                    self._check_finished(request, event, rid)
-                if response is None:  # the first text (or the end) commits to a 200
-                    response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                                           "Cache-Control": "no-cache"})
-                    await response.prepare(request)
-                    await response.write(self._chunk(rid, created, {"role": "assistant", "content": ""}))
-                if isinstance(event, ThinkingDelta):
-                    await response.write(self._chunk(rid, created, {"reasoning": event.text,
-                                                                    "reasoning_content": event.text}))
-                elif isinstance(event, ToolCallDelta):
-                    await response.write(self._chunk(rid, created, {"tool_calls": [_call_delta(event)]}))
-                elif isinstance(event, AnswerDelta):
-                    await response.write(self._chunk(rid, created, {"content": event.text}))
-                elif isinstance(event, LoopDetected):  # text already sent past the kept length is to be dropped
-                    await response.write(self._chunk(rid, created, {"loop_guard": event.summary(),
-                                                                    "loop_guard_kept_chars": event.kept_char}))
-                else:
-                    await response.write(self._chunk(rid, created, {}, _finish_reason(event)))
-                    if chat.stream_options is not None and chat.stream_options.include_usage:
-                        await response.write(_sse({"id": rid, "object": "chat.completion.chunk", "created": created,
-                                                   "model": self._model_id(), "choices": [],
-                                                   "usage": _usage(event)}))
-                    await response.write(b"data: [DONE]\n\n")
-                    return response
-            raise ApiError(500, "The engine ended the request without a reply.", kind=SERVER_ERROR,
-                           code="engine_error")
-        except ConnectionResetError:
-            log.info("API client left during %s; aborted", rid)
-            if response is None:
-                raise
-            return response
-        except Exception as exc:
-            if response is None:
-                raise  # the error middleware answers it
-            if not isinstance(exc, ApiError):
-                log.exception("local API stream %s failed", rid)
-                exc = ApiError(500, "The local API server failed during this reply; see nalar.log.",
-                               kind=SERVER_ERROR, code="internal_error")
-            with contextlib.suppress(ConnectionResetError):
-                await _write_error(response, exc)
-            return response
-
-    def _chunk(self, rid: str, created: int, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return _sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": self._model_id(),
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
 
 
 def _closing(response: web.Response) -> web.Response:
@@ -332,46 +217,3 @@ def _http_error(request: web.Request, exc: HTTPException) -> web.Response:
     message, code = known.get(exc.status, (f"{exc.reason} (HTTP {exc.status}).", None))
     kept = {name: value for name, value in exc.headers.items() if name.lower() in ("allow", "retry-after")}
     return error_response(ApiError(exc.status, message, code=code), kept)
-
-
-def _sse(payload: dict[str, Any]) -> bytes:
-    return f"data: {json.dumps(payload)}\n\n".encode()
-
-
-async def _write_error(response: web.StreamResponse, error: ApiError) -> None:
-    """The stream's last event: the openai client raises it as an APIError. No finish reason, no [DONE]."""
-    await response.write(_sse(error.payload()))
-
-
-def _finish_reason(finished: Finished) -> str:
-    if finished.tool_calls:
-        return "tool_calls"
-    return "length" if finished.reason == "length" else "stop"
-
-
-def _call_delta(delta: ToolCallDelta) -> dict[str, Any]:
-    """A tool_calls delta item in OpenAI's streaming shape: id, type and name come with a call's first."""
-    item: dict[str, Any] = {"index": delta.index, "function": {"arguments": delta.arguments_delta}}
-    if delta.id is not None:
-        item["id"], item["type"] = delta.id, "function"
-    if delta.name is not None:
-        item["function"]["name"] = delta.name
-    return item
-
-
-async def _first_call_only(events: Events) -> Events:
-    """parallel_tool_calls false: the reply's first call only."""
-    async with contextlib.aclosing(events):
-        async for event in events:
-            if isinstance(event, ToolCallDelta) and event.index > 0:
-                continue
-            if isinstance(event, Finished) and len(event.tool_calls) > 1:
-                event = dataclasses.replace(event, tool_calls=event.tool_calls[:1])
-            yield event
-
-
-def _usage(finished: Finished) -> dict[str, int]:
-    m = finished.metrics
-    prompt = m.prompt_tokens if m else 0
-    completion = (m.thinking_tokens + m.answer_tokens) if m else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}

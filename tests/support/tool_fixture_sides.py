@@ -230,7 +230,7 @@ class NalarToolPath(Adapter):
 
 
 def server_message(events: Sequence[EngineEvent]) -> ParseResult:
-    """What the API server's plain reply says for these events (api_server._complete's fields)."""
+    """What the API server's plain reply says for these events (api_replies.complete_reply's fields)."""
     thinking = "".join(e.text for e in events if isinstance(e, ThinkingDelta))
     answer = "".join(e.text for e in events if isinstance(e, AnswerDelta))
     calls: dict[int, list[str]] = {}

@@ -31,7 +31,14 @@ from app.engine.events import (
 from app.engine.local import vllm_logging
 from app.engine.local.engine_start import LocalStart, check_model_path
 from app.engine.local.kv_stats import KvStats
-from app.engine.local.local_reply import LocalReply, ReplyRequests, answer_constraint, check_seed, request_failure
+from app.engine.local.local_reply import (
+    LocalReply,
+    ReplyRequests,
+    answer_constraint,
+    check_seed,
+    engine_prompt,
+    request_failure,
+)
 from app.engine.local.reply_prompt import FORCED_THINK_CLOSE, REASONING_SYSTEM_PROMPT, ReplyPrompts
 from app.engine.machine.orphans import OrphanWatch, end_processes, record_engine_processes, same_process
 from app.engine.reply.reasoning import make_splitter, think_start_of_prompt
@@ -190,15 +197,8 @@ class EngineHost(EngineBase):
         return self._engine.generate(self.engine_prompt(ids), params, request_id)
 
     def engine_prompt(self, ids: list[int]) -> Any:
-        """Token ids rendered the way vLLM now wants them (raw prompts are deprecated), or raw on a vLLM
-        without the Renderer API."""
-        from vllm.inputs import TokensPrompt
-
-        prompt = TokensPrompt(prompt_token_ids=ids)
-        renderer = getattr(self._engine, "renderer", None)
-        if renderer is None or not hasattr(renderer, "render_cmpl"):
-            return prompt
-        return renderer.render_cmpl([prompt])[0]
+        """Token ids as this engine's vLLM takes them (local_reply.engine_prompt)."""
+        return engine_prompt(self._engine, ids)
 
     async def _generate(self, messages: list[Message], sampling: SamplingConfig, rid: str, ignore_eos: bool,
                         resume: Resume | None, offer: ToolOffer | None = None) -> AsyncGenerator[EngineEvent, None]:

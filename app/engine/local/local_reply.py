@@ -50,6 +50,18 @@ def check_seed(vllm_config: Any, sampling: SamplingConfig, prompt_tokens: int) -
                             f"Send it without a seed, or shorten it to {limit:,} tokens or fewer.")
 
 
+def engine_prompt(engine: Any, ids: list[int]) -> Any:
+    """Token ids rendered the way vLLM now wants them (raw prompts are deprecated), or raw on a vLLM
+    without the Renderer API."""
+    from vllm.inputs import TokensPrompt
+
+    prompt = TokensPrompt(prompt_token_ids=ids)
+    renderer = getattr(engine, "renderer", None)
+    if renderer is None or not hasattr(renderer, "render_cmpl"):
+        return prompt
+    return renderer.render_cmpl([prompt])[0]
+
+
 def finish_reason(completion: Any) -> FinishReason:
     """Nalar's name for how vLLM ended a request."""
     if completion.finish_reason == "length":

@@ -192,14 +192,7 @@ class RemoteEngine(EngineBase):
                 if self._client is None or ready is None:
                     raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
                                         NOT_STARTED_FIX)
-                kwargs: dict[str, Any] = {
-                    "model": self.model, "messages": without_reasoning(messages), "stream": True,
-                    "temperature": sampling.temperature, "top_p": sampling.top_p,
-                    "max_tokens": sampling.think_budget + sampling.max_tokens,
-                    "stream_options": {"include_usage": True}}
-                if model_family(self.model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
-                    kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
-                kwargs.update(request_fields(sampling, tools, tool_choice))
+                kwargs = chat_request(self.model, messages, sampling, tools, tool_choice)
                 # The server may take its time before the first chunk: that wait is what the budget bounds.
                 chunk_stream: AsyncIterator[Any] = await self._until_stopped(
                     self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
@@ -219,14 +212,9 @@ class RemoteEngine(EngineBase):
                         choice = chunk.choices[0]
                         for event in calls.feed(rid, choice.delta.tool_calls or ()):
                             yield event
-                        part = splitter.feed(choice.delta.content or "", _delta_reasoning(choice.delta))
-                        # Servers send about one token per chunk: a phase's chunk counts as one token.
-                        phases: tuple[tuple[Phase, str], ...] = (("thinking", part.thinking), ("answer", part.answer))
-                        for phase, text in phases:
-                            if text:
-                                for event in stream.step(phase, Split(text, "") if phase == "thinking"
-                                                         else Split("", text), 1):
-                                    yield event
+                        for event in text_events(stream, splitter.feed(choice.delta.content or "",
+                                                                       _delta_reasoning(choice.delta))):
+                            yield event
                         if choice.finish_reason:
                             finish = ("length" if choice.finish_reason == "length" else
                                       "tool_calls" if choice.finish_reason == "tool_calls" else "stop")
@@ -260,6 +248,31 @@ class RemoteEngine(EngineBase):
                 finish = "tool_calls"
             for event in stream.finished(finish, calls.calls()):
                 yield event
+
+
+def chat_request(model: str, messages: Sequence[Message], sampling: SamplingConfig, tools: Tools | None,
+                 tool_choice: ToolChoice | None) -> dict[str, Any]:
+    """The streamed chat-completions request for ``model``, as the openai client's keyword arguments."""
+    kwargs: dict[str, Any] = {
+        "model": model, "messages": without_reasoning(messages), "stream": True,
+        "temperature": sampling.temperature, "top_p": sampling.top_p,
+        "max_tokens": sampling.think_budget + sampling.max_tokens,
+        "stream_options": {"include_usage": True}}
+    if model_family(model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
+        kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
+    kwargs.update(request_fields(sampling, tools, tool_choice))
+    return kwargs
+
+
+def text_events(stream: ReplyStream, part: Split) -> list[EngineEvent]:
+    """A chunk's thinking and answer text as the stream's events. Servers send about one token per
+    chunk: a phase's text from one chunk counts as one token."""
+    events: list[EngineEvent] = []
+    phases: tuple[tuple[Phase, str], ...] = (("thinking", part.thinking), ("answer", part.answer))
+    for phase, text in phases:
+        if text:
+            events.extend(stream.step(phase, Split(text, "") if phase == "thinking" else Split("", text), 1))
+    return events
 
 
 def request_fields(sampling: SamplingConfig, tools: Tools | None, tool_choice: ToolChoice | None) -> dict[str, Any]:
