@@ -103,7 +103,7 @@ class AttachmentsBar(QWidget):
         tokens = self.counter.count(attached.text)
         label = QLabel()
         label.setTextFormat(Qt.TextFormat.PlainText)  # a file's name is outside text
-        label.setText(f"📄 {attached.name} · {_size(attached.size_bytes)} · "
+        label.setText(f"{attached.name} · {_size(attached.size_bytes)} · "
                       f"{'' if self.counter.exact else '≈'}{tokens:,} tokens")
         remove = QToolButton()
         remove.setText("✕")
