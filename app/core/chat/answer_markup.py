@@ -142,11 +142,13 @@ def _highlighted(code: str, language: str) -> str:
     return highlight(code, lexer, _FORMATTER).rstrip("\n") if lexer else html.escape(code.rstrip("\n"))
 
 
-def _markdown(collected: Collected) -> MarkdownIt:
+def _markdown() -> MarkdownIt:
+    """The parser with Nalar's rules; what they number goes to the ``Collected`` passed as ``env``."""
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
     md.enable(["table", "strikethrough"])
 
-    def fence(_renderer: Any, tokens: Any, idx: int, _options: Any, _env: Any) -> str:
+    def fence(_renderer: Any, tokens: Any, idx: int, _options: Any, env: Any) -> str:
+        collected: Collected = env["collected"]
         token = tokens[idx]
         language = (token.info or "").split()[0] if token.info else ""
         collected.code_blocks.append(token.content)
@@ -157,7 +159,8 @@ def _markdown(collected: Collected) -> MarkdownIt:
                 f'<pre style="background-color: #f6f8fa; font-family: monospace">'
                 f'{_highlighted(token.content, language)}</pre>')
 
-    def link_open(_renderer: Any, tokens: Any, idx: int, _options: Any, _env: Any) -> str:
+    def link_open(_renderer: Any, tokens: Any, idx: int, _options: Any, env: Any) -> str:
+        collected: Collected = env["collected"]
         text = []
         for token in tokens[idx + 1:]:
             if token.type == "link_close":
@@ -166,7 +169,8 @@ def _markdown(collected: Collected) -> MarkdownIt:
         collected.links.append(Link(str(tokens[idx].attrGet("href") or ""), "".join(text)))
         return f'<a href="{LINK_SCHEME}:{len(collected.links) - 1}">'
 
-    def image(_renderer: Any, tokens: Any, idx: int, _options: Any, _env: Any) -> str:
+    def image(_renderer: Any, tokens: Any, idx: int, _options: Any, env: Any) -> str:
+        collected: Collected = env["collected"]
         # Shown as a link, never loaded: a file:// image would read this machine's files into the answer.
         token = tokens[idx]
         alt = token.content or "image"
@@ -180,6 +184,9 @@ def _markdown(collected: Collected) -> MarkdownIt:
     return md
 
 
+_MARKDOWN = _markdown()  # built once: a streaming tail is rendered ten times a second
+
+
 def _formula_html(match: re.Match[str], collected: Collected) -> str:
     number = int(match.group(1))
     formula = collected.formulas[number]
@@ -191,7 +198,7 @@ def answer_html(text: str, collected: Collected, streaming: bool = False) -> str
     """``text`` (Markdown with LaTeX) as HTML; what it numbers is appended to ``collected``. ``streaming``: the
     text may stop inside a formula, which then shows as its source."""
     body, unfinished = cut_maths(text, collected, streaming)
-    rendered = _markdown(collected).render(body)
+    rendered = _MARKDOWN.render(body, {"collected": collected})
     rendered = re.sub(f"<p>{MATH_OPEN}(\\d+){MATH_CLOSE}</p>",
                       lambda m: f'<p align="center">{_formula_html(m, collected)}</p>', rendered)
     rendered = _PLACEHOLDER.sub(lambda m: _formula_html(m, collected), rendered)
