@@ -75,6 +75,8 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
     app.aboutToQuit.connect(closed.set)
 
     def on_first_frame() -> None:
+        if closed.is_set():  # quit before the first frame (the X server went away): start nothing
+            return
         shown = time.perf_counter() - process_started
         log.info("window shown %.3f s after process start", shown)
         if report_startup:

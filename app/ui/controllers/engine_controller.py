@@ -102,7 +102,13 @@ class EngineController(QObject):
         await self._start(config or self.settings.engine)
 
     async def _start(self, config: EngineConfig) -> bool:
-        """Start with ``config``; True once the engine is ready. A failure is reported, not raised."""
+        """Start with ``config``; True once the engine is ready. A failure is reported, not raised.
+
+        Once the window is closing (the user quit, or the X server went away) nothing starts: the engine's
+        loop thread is gone, and a start would leave an engine process with no window to end it."""
+        if self.closing:
+            log.info("engine start skipped: the window is closing")
+            return False
         self._death_reported = False
         self._start_task = asyncio.current_task()
         self.starting.emit()
