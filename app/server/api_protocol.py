@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from app.core.chat.conversation import Message
-from app.core.settings.settings import RequestControls, SamplingConfig
+from app.core.settings.settings import MAX_THINK_BUDGET, THINK_BUDGET_LEVELS, RequestControls, SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind
 
 MAX_MESSAGES = 4_096  # more is never needed: the context holds a few hundred turns at most
@@ -83,6 +83,11 @@ def _text(value: Any) -> str:
 FiniteFloat = Annotated[float, AllowInfNan(False)]
 Count = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
 Penalty = Annotated[float, AllowInfNan(False), Field(ge=-2.0, le=2.0)]
+UNLIMITED = -1  # vLLM's thinking_token_budget for "no budget"
+ThinkingTokenBudget = Annotated[int, Field(strict=True, ge=UNLIMITED, le=MAX_THINK_BUDGET)]
+# OpenAI's efforts that map onto a budget; "none" turns thinking off. vLLM's others (minimal, xhigh, max)
+# have no budget of ours to map to, so they are refused by name rather than silently rounded.
+ReasoningEffort = Literal["none", "low", "medium", "high"]
 Text = Annotated[str, BeforeValidator(_text)]
 
 
@@ -224,6 +229,8 @@ class ChatRequest(BaseModel):
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
     n: Literal[1] | None = None  # one choice per request: more are refused
+    thinking_token_budget: ThinkingTokenBudget | None = None  # vLLM's field: tokens, or -1 for unlimited
+    reasoning_effort: ReasoningEffort | None = None
 
     def chat_messages(self) -> list[Message]:
         return [m.as_message() for m in self.messages]
@@ -245,13 +252,28 @@ class ChatRequest(BaseModel):
             update["top_k"] = max(0, self.top_k)
         if self.chat_template_kwargs is not None and self.chat_template_kwargs.enable_thinking is not None:
             update["thinking"] = self.chat_template_kwargs.enable_thinking  # the Think switch, per request
+        asked = self.asked_think_budget()
+        if self.reasoning_effort == "none":
+            update["thinking"] = False
+        if asked is not None:
+            update["think_budget"] = asked
         limit = self.max_completion_tokens or self.max_tokens
         if limit is not None:
-            # Their limit covers thinking and answer together: split it the way our budget does.
-            think = min(defaults.think_budget, limit // 2)
+            # Their limit covers thinking and answer together. A budget they asked for may take all but the
+            # answer's last token, as in vLLM; without one, split the limit the way our default budget does.
+            think = min(asked, limit - 1) if asked is not None else min(defaults.think_budget, limit // 2)
             update["think_budget"], update["max_tokens"] = think, max(1, limit - think)
         update["request"] = self.controls().model_dump()
         return SamplingConfig.model_validate({**defaults.model_dump(), **update})
+
+    def asked_think_budget(self) -> int | None:
+        """The think budget the request asks for: ``thinking_token_budget`` (vLLM's field) wins over a
+        ``reasoning_effort`` level, as vLLM applies the budget whatever the effort; None: the default's."""
+        if self.thinking_token_budget is not None:
+            return MAX_THINK_BUDGET if self.thinking_token_budget == UNLIMITED else self.thinking_token_budget
+        if self.reasoning_effort is None:
+            return None
+        return THINK_BUDGET_LEVELS.get(self.reasoning_effort, 0)
 
     def controls(self) -> RequestControls:
         form = self.response_format

@@ -172,8 +172,12 @@ def _call_delta(delta: ToolCallDelta) -> dict[str, Any]:
     return item
 
 
-def _usage(finished: Finished) -> dict[str, int]:
+def _usage(finished: Finished) -> dict[str, Any]:
+    """OpenAI's usage, with the thinking's share in ``completion_tokens_details.reasoning_tokens`` (its field):
+    how a client sees that ``thinking_token_budget`` held."""
     m = finished.metrics
     prompt = m.prompt_tokens if m else 0
-    completion = (m.thinking_tokens + m.answer_tokens) if m else 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    thinking = m.thinking_tokens if m else 0
+    completion = thinking + (m.answer_tokens if m else 0)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "completion_tokens_details": {"reasoning_tokens": thinking}}

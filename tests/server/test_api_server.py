@@ -126,3 +126,31 @@ def test_a_thousand_message_history_is_trimmed_to_the_context(api_server: LocalA
         model="any", messages=[*history, {"role": "user", "content": "Say hi."}], max_tokens=16)
     assert reply.usage is not None
     assert 0 < reply.usage.prompt_tokens <= api_server.engine.ready.max_model_len
+
+
+def test_thinking_token_budget_and_reasoning_effort_hold_streamed_and_not(api_server: LocalApiServer) -> None:
+    """Bug caught (issue 35): vLLM's thinking_token_budget or OpenAI's reasoning_effort accepted but not applied,
+    so thinking ran to the server's default budget; or the reasoning tokens missing from usage. The unlimited
+    run shows that this model thinks past the small budget by itself, so the budget is what cut it."""
+    api = client(api_server)
+    ask = {"model": "any", "messages": [{"role": "user", "content": "Explain why the sky is blue."}],
+           "temperature": 0, "max_tokens": 96}
+
+    def reasoning_tokens(**extra: object) -> int:
+        reply = api.chat.completions.create(**ask, extra_body=extra)  # type: ignore[call-overload]
+        assert reply.usage is not None and reply.usage.completion_tokens_details is not None
+        return int(reply.usage.completion_tokens_details.reasoning_tokens or 0)
+
+    def streamed_reasoning_tokens(**extra: object) -> int:
+        usage = None
+        for chunk in api.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True},
+                                                 extra_body=extra):  # type: ignore[call-overload]
+            usage = chunk.usage or usage
+        assert usage is not None and usage.completion_tokens_details is not None
+        return int(usage.completion_tokens_details.reasoning_tokens or 0)
+
+    free = reasoning_tokens(thinking_token_budget=-1)
+    assert free > 8, f"the model thought only {free} tokens unbounded: the budget test below would prove nothing"
+    assert 0 < reasoning_tokens(thinking_token_budget=6) <= 6 + 1, "the budget, plus the closing tag"
+    assert 0 < streamed_reasoning_tokens(thinking_token_budget=6) <= 6 + 1
+    assert reasoning_tokens(reasoning_effort="none") == 0 == streamed_reasoning_tokens(reasoning_effort="none")

@@ -106,6 +106,11 @@ class RequestControls(BaseModel):
     json_object: bool = Field(False, description="The answer must be one JSON object.")
 
 
+MAX_THINK_BUDGET = 131_072  # "Unlimited": the reply is cut by the context first (LocalReply.room)
+# The named think budgets (the per-chat control, and the API's reasoning_effort), in tokens.
+THINK_BUDGET_LEVELS: dict[str, int] = {"low": 512, "medium": 2_048, "high": 8_192}
+
+
 class SamplingConfig(BaseModel):
     """Per-request sampling; defaults are those recommended for R1-style models."""
 
@@ -116,7 +121,8 @@ class SamplingConfig(BaseModel):
     top_k: int = Field(0, ge=0, le=1000, description="Sample from the k likeliest tokens; 0: all of them.")
     max_tokens: int = Field(1024, ge=1, le=131_072, description="Most answer tokens per reply.")
     repetition_penalty: float = Field(1.0, ge=1.0, le=2.0)
-    think_budget: int = Field(1024, ge=0, le=131_072, description="Most thinking tokens before the answer is forced.")
+    think_budget: int = Field(1024, ge=0, le=MAX_THINK_BUDGET,
+                              description="Most thinking tokens before the answer is forced.")
     thinking: bool = Field(True, description="The Think switch (each chat keeps its own; this is a new chat's). "
                                               "Qwen3: through the chat template; R1, QwQ: always on; "
                                               "other models: Nalar's reasoning mode.")
