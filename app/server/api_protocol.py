@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from app.core.chat.conversation import Message
-from app.core.settings.settings import RequestControls, SamplingConfig
+from app.core.settings.settings import ReasoningEffort, RequestControls, SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind
 
 MAX_MESSAGES = 4_096  # more is never needed: the context holds a few hundred turns at most
@@ -215,6 +215,7 @@ class ChatRequest(BaseModel):
     max_tokens: Count | None = None
     max_completion_tokens: Count | None = None
     chat_template_kwargs: ChatTemplateKwargs | None = None
+    reasoning_effort: ReasoningEffort | None = None  # gpt-oss's, as vLLM's server takes it
     tools: list[ToolSpec] | None = Field(None, max_length=128)
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: StrictBool | None = None
@@ -245,6 +246,8 @@ class ChatRequest(BaseModel):
             update["top_k"] = max(0, self.top_k)
         if self.chat_template_kwargs is not None and self.chat_template_kwargs.enable_thinking is not None:
             update["thinking"] = self.chat_template_kwargs.enable_thinking  # the Think switch, per request
+        if self.reasoning_effort is not None:
+            update["reasoning_effort"] = self.reasoning_effort
         limit = self.max_completion_tokens or self.max_tokens
         if limit is not None:
             # Their limit covers thinking and answer together: split it the way our budget does.
