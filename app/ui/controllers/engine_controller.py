@@ -134,6 +134,10 @@ class EngineController(QObject):
         if await self._start(trial.engine):
             self.apply_settings(trial)  # the engine already runs with it: saved, no restart
 
+    def set_reasoning_effort(self, effort: str) -> None:
+        """The window's effort control (gpt-oss): a sampling setting, saved; no engine restart."""
+        self.apply_settings(changed(self.settings, sampling=changed(self.settings.sampling, reasoning_effort=effort)))
+
     def apply_settings(self, settings: Settings) -> None:
         """The one way settings change: save, tell ``settings_changed`` (the tool servers follow it), and
         restart the engine only if an engine or backend setting changed (never under a reply)."""
