@@ -28,6 +28,7 @@ class FailureKind(enum.Enum):
     KERNELS_MISSING = "GPU kernels missing"
     TOOLCHAIN_MISSING = "C compiler or Python headers missing"
     CONTEXT_TOO_LONG = "context longer than the model's maximum"
+    GPU_TOO_OLD = "GPU too old for this model's weights"
 
 
 @dataclass(frozen=True)

@@ -57,14 +57,16 @@ class ScriptedEngineDouble(EngineBase):
 
     def __init__(self, scripts: Sequence[Script] = (), *, load_seconds: float = 0.0,
                  start_failure: EngineFailure | None = None, kv_capacity_tokens: int = 46_592,
-                 on_status: EventSink | None = None) -> None:
+                 on_status: EventSink | None = None, model_name: str = "scripted-double") -> None:
         super().__init__(on_status)
         self.scripts = list(scripts)
+        self.model_name = model_name  # what EngineReady names: a real model's name picks its family in the window
         self.load_seconds = load_seconds
         self.start_failure = start_failure
         self.kv_capacity_tokens = kv_capacity_tokens
         self.starts: list[EngineConfig] = []
         self.requests: list[list[Message]] = []
+        self.samplings: list[SamplingConfig] = []  # each request's sampling
         self.resumes: list[Resume | None] = []  # each request's ``resume``
         self.tool_offers: list[ToolOffer | None] = []  # each request's tools and tool_choice
         self._answer_now: set[str] = set()
@@ -80,7 +82,7 @@ class ScriptedEngineDouble(EngineBase):
             self._status("failed", failure.message)
             raise failure
         self.config = config
-        self.ready = EngineReady("scripted-double", config.kv_cache_dtype, config.max_model_len,
+        self.ready = EngineReady(self.model_name, config.kv_cache_dtype, config.max_model_len,
                                  self.kv_capacity_tokens, self.kv_capacity_tokens / config.max_model_len,
                                  self.load_seconds)
         self._status("ready", "ready: scripted-double", 1.0)
@@ -123,6 +125,7 @@ class ScriptedEngineDouble(EngineBase):
                     ignore_eos: bool = False, resume: Resume | None = None) -> AsyncGenerator[EngineEvent, None]:
         rid = request_id or uuid.uuid4().hex[:12]
         self.requests.append(list(messages))
+        self.samplings.append(sampling)
         self.resumes.append(resume)
         if self.ready is None:
             failure = EngineFailure(FailureKind.NOT_READY, "The engine is not running.", "Restart the engine.")

@@ -85,9 +85,10 @@ Count = Annotated[int, Field(strict=True, ge=1, le=MAX_TOKENS)]
 Penalty = Annotated[float, AllowInfNan(False), Field(ge=-2.0, le=2.0)]
 UNLIMITED = -1  # vLLM's thinking_token_budget for "no budget"
 ThinkingTokenBudget = Annotated[int, Field(strict=True, ge=UNLIMITED, le=MAX_THINK_BUDGET)]
-# OpenAI's efforts that map onto a budget; "none" turns thinking off. vLLM's others (minimal, xhigh, max)
-# have no budget of ours to map to, so they are refused by name rather than silently rounded.
-ReasoningEffort = Literal["none", "low", "medium", "high"]
+# OpenAI's efforts: each maps onto a budget, and gpt-oss's template takes low/medium/high itself; "none" turns
+# thinking off. vLLM's others (minimal, xhigh, max) have nothing of ours to map to, so they are refused by name
+# rather than silently rounded.
+ApiReasoningEffort = Literal["none", "low", "medium", "high"]
 Text = Annotated[str, BeforeValidator(_text)]
 
 
@@ -230,7 +231,7 @@ class ChatRequest(BaseModel):
     frequency_penalty: Penalty | None = None
     n: Literal[1] | None = None  # one choice per request: more are refused
     thinking_token_budget: ThinkingTokenBudget | None = None  # vLLM's field: tokens, or -1 for unlimited
-    reasoning_effort: ReasoningEffort | None = None
+    reasoning_effort: ApiReasoningEffort | None = None
 
     def chat_messages(self) -> list[Message]:
         return [m.as_message() for m in self.messages]
@@ -255,6 +256,8 @@ class ChatRequest(BaseModel):
         asked = self.asked_think_budget()
         if self.reasoning_effort == "none":
             update["thinking"] = False
+        elif self.reasoning_effort is not None:
+            update["reasoning_effort"] = self.reasoning_effort  # Harmony's own "Reasoning: …" line
         if asked is not None:
             update["think_budget"] = asked
         limit = self.max_completion_tokens or self.max_tokens

@@ -118,6 +118,7 @@ class MainWindow(QMainWindow):
         controls = self.controls
         controls.send_button.clicked.connect(self.send)
         controls.think_switch.toggled.connect(store.set_thinking)
+        controls.effort_choice.chosen.connect(controller.set_reasoning_effort)
         controls.stop_button.clicked.connect(session.stop)
         controls.answer_now_button.clicked.connect(session.answer_now)
         controls.regenerate_button.clicked.connect(session.regenerate)
@@ -161,7 +162,7 @@ class MainWindow(QMainWindow):
         log.info("engine ready: %s · KV %s · %d tokens · loaded in %.1f s", ready.model, ready.kv_cache_dtype,
                  ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
-        self.controls.think_switch.show_family(model_family(ready.model))
+        self.controls.show_family(model_family(ready.model), self.controller.settings.sampling.reasoning_effort)
         self.refresh_state()
         self.prompt.setFocus()
 

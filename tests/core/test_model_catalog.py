@@ -17,8 +17,8 @@ MIB = 1 << 20
     (12282, "casperhansen/deepseek-r1-distill-qwen-7b-awq"),
     (16376, "casperhansen/deepseek-r1-distill-qwen-14b-awq"),
     # RTX 4090: QwQ-32B-AWQ's 18.4 GiB of weights leave under 8k tokens once vLLM's profile terms
-    # (activations, CUDA context and graphs) are counted (issue 24, item 6).
-    (24564, "casperhansen/deepseek-r1-distill-qwen-14b-awq"),
+    # (activations, CUDA context and graphs) are counted (issue 24, item 6); gpt-oss-20b's 12.8 GiB fit.
+    (24564, "openai/gpt-oss-20b"),
     (4096, None),  # nothing fits: the embedded model is the choice
 ])
 def test_the_planner_picks_the_largest_model_that_fits(vram_mib: int, expected: str | None) -> None:
@@ -43,7 +43,7 @@ def test_each_entry_shows_the_planners_fit_and_max_context_at_fp8_and_bf16() -> 
     fourteen = plan_model(CATALOG[2], vram)
     assert fourteen.fits and 2 * fourteen.max_context["auto"] - fourteen.max_context["fp8_e4m3"] < 64
     assert fourteen.recommended_context("fp8_e4m3") == min(fourteen.max_context["fp8_e4m3"], 32768)
-    assert "too big" in plan_model(CATALOG[3], vram).summary()
+    assert "too big" in plan_model(next(m for m in CATALOG if m.repo_id == "Qwen/QwQ-32B-AWQ"), vram).summary()
     assert fourteen.model.weight_bytes / GIB < vram / GIB
 
 
@@ -63,3 +63,18 @@ def test_local_folder_validation_names_the_problem(tmp_path) -> None:
     (tmp_path / "pytorch_model.bin").write_bytes(b"")
     message = validate_model_folder(tmp_path)
     assert "no .safetensors" in message and "pytorch_model.bin" in message
+
+
+def test_gpt_oss_20b_is_planned_on_its_full_attention_layers_and_fits_from_24_gib() -> None:
+    """Bug caught: gpt-oss's 12 sliding-window layers (128 tokens) counted as full attention, which doubles its
+    KV per token (vLLM's hybrid manager pages them apart), or the catalog promising it on a 16 GB card where
+    its 12.8 GiB of MXFP4 weights and vLLM's profile terms exceed the 95 % share."""
+    model = next(m for m in CATALOG if m.repo_id == "openai/gpt-oss-20b")
+    shape = attention_shape(model.config())
+    assert (shape.layers, shape.kv_heads, shape.head_dim) == (12, 8, 64)
+    assert shape.kv_bytes_per_token("auto") == 2 * 12 * 8 * 64 * 2 == 24576
+    assert shape.kv_bytes_per_token("fp8_e4m3") == 12288
+    assert "12 of 24 layers attend over a 128-token window" in shape.note
+    assert not plan_model(model, 16376 * MIB).fits
+    big = plan_model(model, 24564 * MIB)
+    assert big.fits and big.max_context["auto"] == 131072, "the model's own limit caps it on a 24 GB card"

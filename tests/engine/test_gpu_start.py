@@ -284,3 +284,25 @@ def test_no_fp8_prefix_test_is_left_in_the_app() -> None:
     found = [str(p.relative_to(root)) for p in root.rglob("*.py") if 'startswith("fp8")' in p.read_text()
              or "startswith('fp8')" in p.read_text()]
     assert found == []
+
+
+def test_gpt_oss_is_gated_by_vllms_mxfp4_and_sink_backends_before_it_loads(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bugs caught: gpt-oss started on a GTX 10xx, where vLLM 0.32 has no MXFP4 MoE backend (it fails deep in
+    the worker after the 13 GB load), or with an FP8 KV cache on an RTX 3090, where its attention sinks run
+    on Triton, whose fp8 fails at start; and FlashInfer promised for its sinks on a card where Triton runs them."""
+    model = tmp_path / "gpt-oss-20b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "gpt_oss"}))
+    old = rtx("GTX 1080 Ti", (6, 1), 11.0, 10.5)
+    with pytest.raises(EngineFailure) as caught:
+        _plan_on(old, KERNELS, EngineConfig(model=str(model)), None, monkeypatch)
+    assert caught.value.kind is FailureKind.GPU_TOO_OLD
+    assert "Marlin, needs compute capability 7.5+" in caught.value.message
+    ampere = rtx("RTX 3090", (8, 6), 24.0, 23.5)
+    with pytest.raises(EngineFailure) as caught:
+        _plan_on(ampere, KERNELS, EngineConfig(model=str(model), kv_cache_dtype="fp8_e4m3"), None, monkeypatch)
+    assert caught.value.kind is FailureKind.KV_DTYPE_UNSUPPORTED and "attention sinks" in caught.value.message
+    plan = _plan_on(rtx("RTX 4090", (8, 9), 24.0, 23.5), KERNELS, EngineConfig(model=str(model),
+                    kv_cache_dtype="fp8_e4m3"), None, monkeypatch)
+    assert plan.attention_backend == "TRITON_ATTN", "FlashInfer would run fp8 here, but not gpt-oss's sinks"

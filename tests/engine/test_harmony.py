@@ -174,3 +174,35 @@ def test_a_tool_rounds_thinking_reaches_harmony_until_the_turn_is_answered() -> 
     conversation.turns.append(Turn(user="thanks"))
     later = decoded(harmony_prompt_ids(conversation.messages(), [ADD]))  # type: ignore[arg-type]
     assert "CALL-THOUGHT" not in later and "It is 42." in later
+
+
+@pytest.mark.parametrize("effort", ["low", "medium", "high"])
+def test_the_reasoning_effort_setting_reaches_the_reply_prompt_as_vllms_server_writes_it(effort: str) -> None:
+    """Bug caught: the Reasoning effort setting (Settings → Sampling, or an API request's reasoning_effort)
+    not reaching the reply's prompt, so gpt-oss always ran at Harmony's default, medium; and (found by this
+    test) the reply's prompt ending "<|start|>assistant<think>\n", think-tag text Harmony never writes."""
+    from app.core.settings.settings import SamplingConfig
+    from app.engine.local.reply_prompt import ReplyPrompts
+    from app.server.api_protocol import ChatRequest
+
+    messages = [{"role": "user", "content": "What is 20+22?"}]
+    prompts = ReplyPrompts(None, model_family("openai/gpt-oss-20b"), max_model_len=4096, reasoning_mode=True)
+    sampling = ChatRequest.model_validate({"messages": messages, "reasoning_effort": effort}).sampling(
+        SamplingConfig())
+    assert sampling.reasoning_effort == effort
+    ids, dropped = prompts.for_reply(messages, sampling, thinking_on=True, offer=None)  # type: ignore[arg-type]
+    assert dropped == 0 and ids == vllm_server_prompt(messages, None, effort)
+    assert f"Reasoning: {effort}" in decoded(ids)
+
+
+def test_an_unknown_reasoning_effort_is_refused_by_the_api_and_the_settings() -> None:
+    """Bug caught: a client's reasoning_effort "max" (not a Harmony level) silently run as medium."""
+    from pydantic import ValidationError
+
+    from app.core.settings.settings import SamplingConfig
+    from app.server.api_protocol import ChatRequest
+
+    with pytest.raises(ValidationError, match="reasoning_effort"):
+        ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"})
+    with pytest.raises(ValidationError, match="reasoning_effort"):
+        SamplingConfig(reasoning_effort="max")  # type: ignore[arg-type]

@@ -58,6 +58,7 @@ def test_an_effort_level_is_its_budget(effort: str) -> None:
     """Bug caught: reasoning_effort accepted but ignored (the default budget kept), or mapped to another level."""
     chosen = sampling(reasoning_effort=effort)
     assert chosen.think_budget == THINK_BUDGET_LEVELS[effort] and chosen.thinking
+    assert chosen.reasoning_effort == effort, "gpt-oss's template reads the effort itself"
     assert THINK_BUDGET_LEVELS == {"low": 512, "medium": 2_048, "high": 8_192}
 
 

@@ -58,12 +58,15 @@ STANDIN_CONFIGS = {
     "Kimi-K3": {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"]},
 }
 NEEDS_REAL_TOKENIZER = {
-    "mistral": "mistral_common's own tokenizer: its control tokens ([TOOL_CALLS], [ARGS], [THINK]) can't be "
-               "spelled in text, and the tekken files mistral_common ships (tekken_240718.json, tekken_240911.json) "
-               "decode only 3 of the 47 fixtures' recorded ids to their raw output: their ordinary vocabulary is the "
-               "same, but they name the later control ids <SPECIAL_n> ([THINK] is id 34 in Magistral-Small-2509). "
-               "Each model's own tekken.json at the fixture's pinned revision is needed (e.g. "
-               "mistralai/Magistral-Small-2509 tekken.json), and the hub is not reachable offline",
+    "mistral": "mistral_common's own tokenizer for each fixture's model: its control tokens ([TOOL_CALLS], [ARGS], "
+               "[CALL_ID], [THINK]) can't be spelled in text, so every fixture is its recorded ids. Of the files "
+               "mistral_common ships, tekken_240718.json and tekken_240911.json (version v3, no [THINK]) decode only "
+               "the 3 replies without control tokens, and mistral_instruct_tokenizer_240323.model.v3 the 10 of "
+               "Mistral-7B-Instruct-v0.3 (tests/engine/test_mistral_tokenizers.py); the 34 others, all 13 [THINK] "
+               "ones among them, need their model's own tekken.json at the pinned revision (v13 with [THINK]=34, "
+               "[/THINK]=35: mistralai/Magistral-Small-2509 tekken.json; v11: Mistral-Small-3.2-24B-Instruct-2506's), "
+               "which the Hugging Face hub serves and this offline machine can't reach (curl: could not resolve "
+               "huggingface.co). Unproven until then: vLLM's `mistral` reasoning and tool parsers against Nalar's path",
 }
 # Families whose real tokenizer is built offline: both sides read the fixtures' recorded ids with it.
 REAL_TOKENIZERS = {"gpt-oss": harmony_tokenizer_folder}

@@ -29,9 +29,12 @@ def test_every_schema_field_has_an_editor(qtbot) -> None:
     dialog = make_dialog(qtbot)
     names = {name for _, name in dialog.editors}
     assert names == set(EngineConfig.model_fields) | {"temperature", "top_p", "top_k", "max_tokens",
-                                                       "repetition_penalty", "think_budget", "thinking"} | set(
-        LoopGuardConfig.model_fields)
+                                                       "repetition_penalty", "think_budget", "thinking",
+                                                       "reasoning_effort"} | set(LoopGuardConfig.model_fields)
     assert ("loop_guard", "action") in dialog.editors
+    effort = dialog.editors[("sampling", "reasoning_effort")]  # gpt-oss's low / medium / high
+    assert [effort.itemData(i) for i in range(effort.count())] == ["low", "medium", "high"]
+    assert effort.currentData() == "medium"
 
 
 def test_fp8_is_disabled_with_the_reason_on_a_cpu_without_avx512(qtbot) -> None:

@@ -4,8 +4,6 @@ per request in the local API server as chat_template_kwargs.enable_thinking."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Sequence
-from typing import Any
 
 import httpx
 
@@ -14,29 +12,12 @@ from app.core.chat.history import HistoryStore
 from app.core.models.model_families import model_family
 from app.core.settings.keystore import new_token
 from app.core.settings.settings import EngineConfig, SamplingConfig
-from app.engine.base import Message
-from app.engine.events import EngineEvent
-from app.engine.requests import Resume
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.server.api_server import LocalApiServer
 
 
-class RecordingDouble(ScriptedEngineDouble):
-    """The scripted engine, also keeping the sampling each request came with."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.samplings: list[SamplingConfig] = []
-
-    def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None,
-                 *, ignore_eos: bool = False, resume: Resume | None = None,
-                 **tools: Any) -> AsyncGenerator[EngineEvent, None]:
-        self.samplings.append(sampling)
-        return super().generate(messages, sampling, request_id, ignore_eos=ignore_eos, resume=resume, **tools)
-
-
 def test_the_switch_is_per_chat_stored_and_sent(qtbot, make_window) -> None:
-    engine = RecordingDouble([Script(["plain answer"]), Script(["<think>t</think>a"])])
+    engine = ScriptedEngineDouble([Script(["plain answer"]), Script(["<think>t</think>a"])])
     window = make_window(engine)
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
     assert window.controls.think_switch.isChecked() and window.controls.think_switch.isEnabled()
@@ -82,7 +63,7 @@ def test_an_old_history_file_gains_the_switch_on() -> None:
 
 
 def test_the_api_server_takes_enable_thinking_per_request() -> None:
-    engine = RecordingDouble([Script(["a"]), Script(["b"]), Script(["c"])])
+    engine = ScriptedEngineDouble([Script(["a"]), Script(["b"]), Script(["c"])])
     engine.loop_thread.submit(engine.start(EngineConfig())).result(10)
     token = new_token()
     server = LocalApiServer(engine, token, port=0)

@@ -117,8 +117,9 @@ def test_with_a_24_gib_gpu_it_recommends_from_the_planners_figures(qtbot, hub: L
     dialog = open_dialog(qtbot, gpu_probe("NVIDIA GeForce RTX 4090", 24564))
     assert "RTX 4090, 24.0 GiB" in dialog.hardware_label.text() and "FP8" in dialog.hardware_label.text()
     current = dialog.model_list.currentItem()
-    # QwQ-32B-AWQ leaves under 8k tokens once vLLM's profile terms are counted (issue 24, item 6).
-    assert current.data(Qt.ItemDataRole.UserRole) == "casperhansen/deepseek-r1-distill-qwen-14b-awq"
+    # QwQ-32B-AWQ leaves under 8k tokens once vLLM's profile terms are counted (issue 24, item 6);
+    # gpt-oss-20b (12.8 GiB of MXFP4 weights) is the largest that fits.
+    assert current.data(Qt.ItemDataRole.UserRole) == "openai/gpt-oss-20b"
     assert "Recommended" in current.text()
     for rec in recommendations(24564 * MIB):
         text = dialog.item_for(rec.model.repo_id).text()

@@ -40,3 +40,30 @@ def test_a_harmony_reply_fills_the_panes_and_its_call_is_a_card(qtbot, make_wind
     thinking, shown = view.thinking_pane.text(), view.answer_pane.text()
     assert "The tool says 42." in thinking and "42" in shown
     assert not [m for m in MARKUP if m in shown or m in thinking], (thinking, shown)
+
+
+def test_gpt_oss_shows_an_effort_control_whose_choice_reaches_the_next_reply(qtbot, make_window) -> None:  # type: ignore[no-untyped-def]
+    """Bug caught: gpt-oss's Think control locked with no way to choose its reasoning effort, or the window's
+    choice not saved to the settings and the next reply's sampling (so the prompt kept 'Reasoning: medium');
+    and the control shown for families that have no effort."""
+    engine = ScriptedEngineDouble([harmony_script(ANSWER_42)], model_name="openai/gpt-oss-20b")
+    window = make_window(engine)
+    qtbot.waitUntil(lambda: window.controller.engine_ready, timeout=30_000)
+    effort = window.controls.effort_choice
+    assert effort.isVisibleTo(window) and effort.currentData() == "medium"
+    assert not window.controls.think_switch.isEnabled(), "gpt-oss always thinks"
+    effort.setCurrentIndex(effort.findData("high"))
+    effort.activated.emit(effort.currentIndex())
+    assert window.controller.settings.sampling.reasoning_effort == "high"
+    window.prompt.setPlainText("What is 20+22?")
+    with qtbot.waitSignal(window.reply_finished, timeout=30_000):
+        qtbot.keyClick(window.prompt, Qt.Key.Key_Return)
+    assert engine.samplings[-1].reasoning_effort == "high"
+
+
+def test_the_effort_control_is_hidden_for_a_model_without_one(qtbot, make_window) -> None:  # type: ignore[no-untyped-def]
+    """Bug caught: the gpt-oss effort control shown next to a Qwen3 or plain model's Think switch."""
+    window = make_window(ScriptedEngineDouble([], model_name="Qwen/Qwen3-0.6B"))
+    qtbot.waitUntil(lambda: window.controller.engine_ready, timeout=30_000)
+    assert not window.controls.effort_choice.isVisibleTo(window)
+    assert window.controls.think_switch.isEnabled()

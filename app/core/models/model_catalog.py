@@ -48,6 +48,11 @@ CATALOG: tuple[CatalogModel, ...] = (
                  "DeepSeek-R1-Distill-Qwen-7B", int(5.57e9), "AWQ 4-bit"),
     CatalogModel("casperhansen/deepseek-r1-distill-qwen-14b-awq", "DeepSeek-R1-Distill-Qwen-14B (AWQ)",
                  "DeepSeek-R1-Distill-Qwen-14B", int(9.99e9), "AWQ 4-bit"),
+    # MXFP4 experts (the published safetensors; attention, router and embeddings stay bf16). vLLM runs the
+    # experts on Marlin on RTX cards (engine/machine/gpt_oss_gate.py); its KV grows with its 12 full layers only.
+    CatalogModel("openai/gpt-oss-20b", "gpt-oss-20b (MXFP4)", "gpt-oss-20b", int(13.76e9), "MXFP4",
+                 gpu_memory_utilization=0.95,
+                 note="Takes 95% of VRAM: close other programs that use the GPU. RTX 20xx or newer."),
     CatalogModel("Qwen/QwQ-32B-AWQ", "QwQ-32B (AWQ)", "QwQ-32B", int(19.76e9), "AWQ 4-bit",
                  gpu_memory_utilization=0.95,
                  note="Takes 95% of VRAM: close other programs that use the GPU."),

@@ -120,6 +120,14 @@ def attention_shape(config: dict[str, Any]) -> AttentionShape:
     if not head_dim:
         raise PlannerError("config.json gives neither head_dim nor hidden_size.")
     note = ""
+    types = cfg.get("layer_types") or []
+    if cfg.get("model_type") == "gpt_oss" and "sliding_attention" in types:
+        # vLLM's hybrid KV manager pages the sliding-window layers (128 tokens) apart from the full ones: per
+        # token of context only the full-attention layers grow; the window's few blocks per chat are margin.
+        full = sum(1 for kind in types if kind == "full_attention")
+        return AttentionShape(full, kv_heads, int(head_dim), note=(
+            f"{len(types) - full} of {len(types)} layers attend over a {cfg.get('sliding_window')}-token window "
+            "and hold a fixed few blocks per conversation; the per-token figures count the full-attention layers."))
     if cfg.get("use_sliding_window") or (cfg.get("sliding_window") and cfg.get("use_sliding_window") is None
                                          and cfg.get("model_type") in ("mistral", "gemma2", "gemma3")):
         note = "Sliding-window layers are counted as full attention: the figures are an upper bound."

@@ -60,6 +60,7 @@ class EngineConfig(BaseModel):
 
 
 LoopAction = Literal["conclude", "resample", "stop", "warn"]
+ReasoningEffort = Literal["low", "medium", "high"]  # gpt-oss's, as vLLM's server takes it
 
 
 class LoopGuardConfig(BaseModel):
@@ -126,6 +127,8 @@ class SamplingConfig(BaseModel):
     thinking: bool = Field(True, description="The Think switch (each chat keeps its own; this is a new chat's). "
                                               "Qwen3: through the chat template; R1, QwQ: always on; "
                                               "other models: Nalar's reasoning mode.")
+    reasoning_effort: ReasoningEffort = Field(
+        "medium", description="gpt-oss, which always thinks: how long (Harmony's 'Reasoning: low|medium|high').")
     loop_guard: LoopGuardConfig = Field(default_factory=LoopGuardConfig)
     request: RequestControls = Field(default_factory=RequestControls)  # per API request; not in Settings
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.core.models.model_families import ModelFamily
-from app.core.settings.settings import SamplingConfig
+from app.core.settings.settings import ReasoningEffort, SamplingConfig
 from app.engine.base import Message
 from app.engine.reply import trimming
 from app.engine.reply.harmony import FORCED_FINAL, HarmonyTemplate
@@ -46,19 +46,21 @@ class ReplyPrompts:
             self.family.thinks(sampling.thinking) or (plain and sampling.thinking and self.reasoning_mode))
 
     def fit(self, messages: Sequence[Message], reserve: int, opened_think: bool,
-            tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], int]:
+            tools: Sequence[dict[str, Any]] = (), effort: ReasoningEffort = "medium") -> tuple[list[int], int]:
         """Token ids of the chat prompt, dropping the oldest turns until ``reserve`` tokens fit after it.
-        Offered ``tools`` go to the model's own chat template, which writes them into the prompt."""
+        Offered ``tools`` go to the model's own chat template, which writes them into the prompt; ``effort``
+        is gpt-oss's reasoning effort (Harmony's system message), which other templates don't take."""
         # Hybrid templates switch thinking with a keyword (Qwen3, GLM: enable_thinking; DeepSeek: thinking).
         switch: dict[str, Any] = ({"enable_thinking": opened_think, "thinking": opened_think}
                                   if self.family.thinking == "hybrid" else {})
         if tools:
             switch["tools"] = list(tools)
         # gpt-oss: Harmony rendered as vLLM's server renders it (tool rounds' reasoning kept), not a Jinja template
-        tokenizer = HarmonyTemplate(self.tokenizer) if self.harmony else self.tokenizer
+        tokenizer = HarmonyTemplate(self.tokenizer, effort) if self.harmony else self.tokenizer
         chat = list(messages) if self.harmony else template_messages(messages)
-        return trimming.fit_prompt(tokenizer, chat, limit=self.max_model_len,
-                                   reserve=reserve, opened_think=opened_think, template_kwargs=switch)
+        # Harmony opens its analysis channel itself: a <think> after "<|start|>assistant" is text it never wrote
+        return trimming.fit_prompt(tokenizer, chat, limit=self.max_model_len, reserve=reserve,
+                                   opened_think=opened_think and not self.harmony, template_kwargs=switch)
 
     def for_reply(self, messages: list[Message], sampling: SamplingConfig, thinking_on: bool,
                   offer: ToolOffer | None) -> tuple[list[int], int]:
@@ -67,7 +69,8 @@ class ReplyPrompts:
             messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
         budget = sampling.think_budget if thinking_on else 0
         reserve = min(budget + sampling.max_tokens, self.max_model_len // 4)
-        return self.fit(messages, reserve, opened_think=thinking_on, tools=offer.tools if offer is not None else ())
+        return self.fit(messages, reserve, opened_think=thinking_on, tools=offer.tools if offer is not None else (),
+                        effort=sampling.reasoning_effort)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []

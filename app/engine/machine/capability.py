@@ -15,6 +15,7 @@ from pathlib import Path
 
 from app.core.settings.settings import Settings, is_fp8
 from app.engine.errors import NO_FIX, USE_KV_FALLBACK, EngineFailure, EngineFix, kv_dtype_unsupported
+from app.engine.machine.gpt_oss_gate import sink_attention_backend_for
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,8 @@ def _has_flashinfer() -> bool:
         return False
 
 
-def attention_backend_for(kv_cache_dtype: str, probe: HardwareProbe, flashinfer: bool | None = None) -> str | None:
+def attention_backend_for(kv_cache_dtype: str, probe: HardwareProbe, flashinfer: bool | None = None, *,
+                          sinks: bool = False, cubins: bool = False) -> str | None:
     """The attention backend vLLM 0.32 will choose on this GPU, or None where none can run the dtype.
 
     vLLM tries FLASH_ATTN, then FLASHINFER, then TRITON_ATTN (``platforms/cuda.py``) and takes the
@@ -105,10 +107,13 @@ def attention_backend_for(kv_cache_dtype: str, probe: HardwareProbe, flashinfer:
     FlashAttention has fp8 (E4M3 only) with FA3 on 9.0; FlashInfer runs fp8 E4M3 and E5M2 on
     8.0-12.1; Triton checks nothing when chosen but fails at start for any fp8 below 8.9 (vLLM #26431).
     (SM 10.x, datacenter Blackwell, tries FlashInfer first; it is not a card Nalar is built for.)
+    ``sinks``: a model with attention sinks (gpt-oss), which fewer backends serve (gpt_oss_gate says which).
     """
     if probe.engine_kind != "cuda" or not probe.gpus:
         return None
     cc = probe.gpus[0].compute_capability
+    if sinks:
+        return sink_attention_backend_for(kv_cache_dtype, cc, cubins)
     if cc < (8, 0):
         return None if is_fp8(kv_cache_dtype) else "TRITON_ATTN"  # FA and FlashInfer need 8.0
     if not is_fp8(kv_cache_dtype) or (kv_cache_dtype == "fp8_e4m3" and cc[0] == 9):
@@ -147,15 +152,16 @@ def _refused(kv_cache_dtype: str, reason: str, fix: str = USE_AUTO) -> KvVerdict
 
 
 def judge_kv_dtype(kv_cache_dtype: str, probe: HardwareProbe, *, flashinfer: bool | None = None,
-                   kernels: bool | None = None) -> KvVerdict:
+                   kernels: bool | None = None, sinks: bool = False) -> KvVerdict:
     """The one answer to "does this KV dtype work here, and if not, why and what fix".
 
     On CUDA the backend is vLLM's own choice, predicted by ``attention_backend_for`` (tests/engine/
     test_cuda_rehearsal.py runs vLLM's selection code with the device faked and checks each prediction).
     ``kernels``: whether FlashInfer's kernels can be had (downloaded, or nvcc and ninja to build them);
     None where the toolchain was not read (the settings dialog, `nalar doctor`), which then assumes they can.
+    ``sinks``: the model has attention sinks (gpt-oss); FlashInfer then serves them only with TRT-LLM's cubins.
     """
-    backend = attention_backend_for(kv_cache_dtype, probe, flashinfer)
+    backend = attention_backend_for(kv_cache_dtype, probe, flashinfer, sinks=sinks, cubins=kernels is not False)
     if not is_fp8(kv_cache_dtype):
         return KvVerdict(kv_cache_dtype, backend)
     if probe.engine_kind == "cpu":
@@ -172,6 +178,10 @@ def judge_kv_dtype(kv_cache_dtype: str, probe: HardwareProbe, *, flashinfer: boo
     if (major, minor) < (8, 0):
         return _refused(kv_cache_dtype, f"{gpu.name} (compute capability {major}.{minor}) is too old for an FP8 "
                                         "KV cache; it needs 8.0+.")
+    if backend is None and sinks:
+        return _refused(kv_cache_dtype, f"{gpu.name} (compute capability {major}.{minor}): gpt-oss's attention "
+                                        "sinks run on vLLM's Triton backend on this card, whose FP8 KV cache "
+                                        "needs 8.9+ (RTX 40xx or newer).")
     if backend is None:
         return _refused(kv_cache_dtype, f"{gpu.name} (compute capability {major}.{minor}): an FP8 KV cache needs "
                                         "8.9+ on the Triton backend (RTX 40xx or newer), or the FlashInfer "

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.settings.settings import EngineConfig
+from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import StartPlan
 from app.engine.machine import capability, gpu_start
 from app.engine.machine.capability import HardwareProbe, KvVerdict
+from app.engine.machine.gpt_oss_gate import model_is_gpt_oss, mxfp4_refusal
 from app.engine.machine.gpu_start import GpuBudget, Toolchain
 
 SAMPLER_ENV = "VLLM_USE_FLASHINFER_SAMPLER"
@@ -31,9 +33,13 @@ class MachineFacts:
 
 def check_machine(config: EngineConfig, probe: HardwareProbe) -> MachineFacts:
     """Raises the typed failure (with its fix) of a config this machine can't start: an old driver, a missing
-    compiler, or a KV dtype it can't run (``capability.judge_kv_dtype``, the one judgement)."""
+    compiler, a card gpt-oss's MXFP4 weights can't run on, or a KV dtype it can't run
+    (``capability.judge_kv_dtype``, the one judgement)."""
     tools = gpu_start.check_gpu_machine() if probe.engine_kind == "cuda" else None
-    verdict = capability.judge_kv_dtype(config.kv_cache_dtype, probe,
+    sinks = probe.engine_kind == "cuda" and bool(probe.gpus) and model_is_gpt_oss(config.model)
+    if sinks and (refusal := mxfp4_refusal(probe.gpus[0].name, probe.gpus[0].compute_capability)):
+        raise EngineFailure(FailureKind.GPU_TOO_OLD, refusal, "Use a model without MXFP4 weights on this card.")
+    verdict = capability.judge_kv_dtype(config.kv_cache_dtype, probe, sinks=sinks,
                                         kernels=None if tools is None else tools.has_kernels)
     if not verdict.works:
         raise verdict.failure()

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
+from app.core.settings.settings import ReasoningEffort
 from app.engine.events import ToolCall
 
 REASONING_PARSER = "openai_gptoss"
@@ -31,7 +32,7 @@ CALL_END = "<|call|>"
 NEXT_MESSAGE = "<|start|>assistant"
 # The think budget or Answer now ends the analysis and opens the final answer, as Harmony writes a turn
 FORCED_FINAL = "<|end|><|start|>assistant<|channel|>final<|message|>"
-Effort = Literal["low", "medium", "high"]
+Effort = ReasoningEffort
 
 
 def harmony_request(tools: Sequence[dict[str, Any]] = (), messages: Sequence[dict[str, Any]] = (),

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
-from app.ui.chat.think_switch import ThinkSwitch, ToolsSwitch
+from app.core.models.model_families import ModelFamily
+from app.core.settings.settings import ReasoningEffort
+from app.ui.chat.think_switch import EffortChoice, ThinkSwitch, ToolsSwitch
 
 
 class ReplyControls(QWidget):
@@ -13,6 +15,7 @@ class ReplyControls(QWidget):
         super().__init__(parent)
         self.send_button = QPushButton("Send")
         self.think_switch = ThinkSwitch()
+        self.effort_choice = EffortChoice()
         self.tools_switch = ToolsSwitch()
         self.stop_button = QPushButton("Stop")
         self.answer_now_button = QPushButton("Answer now")
@@ -21,10 +24,15 @@ class ReplyControls(QWidget):
         self.copy_button = QPushButton("Copy answer")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for button in (self.send_button, self.think_switch, self.tools_switch, self.stop_button,
+        for button in (self.send_button, self.think_switch, self.effort_choice, self.tools_switch, self.stop_button,
                        self.answer_now_button, self.regenerate_button, self.copy_button):
             layout.addWidget(button)
         layout.addStretch(1)
+
+    def show_family(self, family: ModelFamily, effort: ReasoningEffort) -> None:
+        """The loaded model's family: how the Think switch behaves, and gpt-oss's effort beside it."""
+        self.think_switch.show_family(family)
+        self.effort_choice.show_family(family, effort)
 
     def set_state(self, *, engine_ready: bool, streaming: bool, has_turns: bool, has_answer: bool,
                   awaiting_tools: bool = False) -> None:

@@ -3,9 +3,13 @@ configured tool servers can do."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QCheckBox
+from typing import get_args
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QCheckBox, QComboBox
 
 from app.core.models.model_families import ModelFamily
+from app.core.settings.settings import ReasoningEffort
 
 
 class ThinkSwitch(QCheckBox):
@@ -49,3 +53,24 @@ class ToolsSwitch(QCheckBox):
     def show_tools(self, count: int) -> None:
         self.setToolTip(f"Offer the model {count} tool(s) from your MCP servers; each call asks before it runs."
                         if count else "No tools yet: add an MCP server in Settings → Tools.")
+
+
+class EffortChoice(QComboBox):
+    """gpt-oss's reasoning effort (Harmony's low / medium / high) beside its locked Think switch; shown for
+    that family only. ``chosen`` carries the user's pick (the setting, saved like any sampling setting)."""
+
+    chosen = Signal(str)
+
+    def __init__(self) -> None:
+        super().__init__()
+        for level in get_args(ReasoningEffort):
+            self.addItem(f"Effort: {level}", level)
+        self.setToolTip("gpt-oss always thinks; this sets how long (Harmony's 'Reasoning: low, medium or high').")
+        self.setVisible(False)
+        self.activated.connect(lambda index: self.chosen.emit(self.itemData(index)))
+
+    def show_family(self, family: ModelFamily, effort: ReasoningEffort) -> None:
+        self.setVisible(family.parser == "openai_gptoss")
+        self.blockSignals(True)
+        self.setCurrentIndex(self.findData(effort))
+        self.blockSignals(False)

@@ -102,12 +102,9 @@ class EngineController(QObject):
         await self._start(config or self.settings.engine)
 
     async def _start(self, config: EngineConfig) -> bool:
-        """Start with ``config``; True once the engine is ready. A failure is reported, not raised.
-
-        Once the window is closing (the user quit, or the X server went away) nothing starts: the engine's
-        loop thread is gone, and a start would leave an engine process with no window to end it."""
+        """Start with ``config``; True once the engine is ready. A failure is reported, not raised. Once the
+        window is closing (a quit, a lost X server) nothing starts: no window would end that engine."""
         if self.closing:
-            log.info("engine start skipped: the window is closing")
             return False
         self._death_reported = False
         self._start_task = asyncio.current_task()
@@ -139,6 +136,10 @@ class EngineController(QObject):
         trial = self.settings.with_engine(**fallback.changes())
         if await self._start(trial.engine):
             self.apply_settings(trial)  # the engine already runs with it: saved, no restart
+
+    def set_reasoning_effort(self, effort: str) -> None:
+        """The window's effort control (gpt-oss): a sampling setting, saved; no engine restart."""
+        self.apply_settings(changed(self.settings, sampling=changed(self.settings.sampling, reasoning_effort=effort)))
 
     def apply_settings(self, settings: Settings) -> None:
         """The one way settings change: save, tell ``settings_changed`` (the tool servers follow it), and

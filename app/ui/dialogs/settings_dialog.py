@@ -57,7 +57,7 @@ LABELS = {"max_model_len": "Context length (tokens)", "kv_cache_dtype": "KV cach
           "enable_prefix_caching": "Prefix caching", "enforce_eager": "Eager mode (no graphs)",
           "trust_remote_code": "Trust remote code", "top_p": "Top-p", "max_tokens": "Max answer tokens",
           "think_budget": "Think budget (tokens)", "reasoning_mode": "Reasoning mode",
-          "top_k": "Top-k", "thinking": "Think (new chats)"}
+          "top_k": "Top-k", "thinking": "Think (new chats)", "reasoning_effort": "Reasoning effort (gpt-oss)"}
 
 
 def _label(name: str) -> str:
