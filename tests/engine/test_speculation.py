@@ -97,6 +97,7 @@ def test_spec_counters_from_vllms_stats_reach_the_reply_metrics() -> None:
 
     step([(4, 4), (4, 0)])  # an earlier reply's steps
     stream = ReplyStream("r", kv=stats.figures)
+    assert stream.metrics().speculation == SpecDecodeFigures()  # the reply's first metrics: nothing of its own
     step([(4, 3)])
     step([(4, 1), (4, 2)])
     figures = stream.metrics().speculation

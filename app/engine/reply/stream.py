@@ -89,7 +89,7 @@ class ReplyStream:
         self.max_model_len = max_model_len
         self.kv_capacity_tokens = kv_capacity_tokens
         self._kv = kv
-        self._spec_start = kv().speculation  # the engine's counters count from its start: this reply's are since
+        self._spec_start: SpecDecodeFigures | None = None  # the engine's counters at this reply's first metrics
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.rates: dict[Phase, PhaseRate] = {"thinking": PhaseRate(), "answer": PhaseRate()}
@@ -213,7 +213,9 @@ class ReplyStream:
         """This reply's share of the engine's counters (concurrent replies share the steps they ran in)."""
         if kv.speculation is None:
             return None
-        return kv.speculation.since(self._spec_start or SpecDecodeFigures())
+        if self._spec_start is None:  # read lazily: a backend's kv() may need this stream built
+            self._spec_start = kv.speculation
+        return kv.speculation.since(self._spec_start)
 
     def due_metrics(self, now: float | None = None) -> Metrics | None:
         """Metrics at most every METRICS_INTERVAL_S, for the gauges."""
