@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--gpu", action="store_true", help="the GPU engine's first-start checklist, with fixes")
     doctor.add_argument("--first-start", action="store_true",
                         help="with --gpu: start the engine once and record each phase's time and ms/token")
+    doctor.add_argument("--speculative", choices=["off", "ngram", "suffix", "draft_model"], default=None,
+                        help="with --first-start: this speculative decoding method instead of the setting's")
     download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable)")
     download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     download.add_argument("--revision", default="main", help="branch, tag or commit")
@@ -128,7 +130,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.gpu:
             from app.commands.gpu_doctor import run_first_start, run_gpu_doctor
 
-            return run_first_start(256) if args.first_start else run_gpu_doctor(args.json)
+            return run_first_start(256, args.speculative) if args.first_start else run_gpu_doctor(args.json)
         from app.commands.doctor import run_doctor
 
         return run_doctor(args.json)

@@ -127,7 +127,7 @@ def summary_rows(summaries: Sequence[MethodSummary]) -> list[list[str]]:
 
 def divergence_rows(divergences: Sequence[Divergence]) -> list[list[str]]:
     return [[d.method, d.prompt, "never" if d.token_index is None else str(d.token_index),
-             fmt(d.char_index, "d"), fmt(d.margin_none, ".3f"), fmt(d.margin_method, ".3f"),
+             fmt(d.char_index, ".0f"), fmt(d.margin_none, ".3f"), fmt(d.margin_method, ".3f"),
              "same" if d.token_index is None else ("near-tie" if d.near_tie else "CLEAR MARGIN: a bug")]
             for d in divergences]
 
