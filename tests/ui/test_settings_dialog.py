@@ -151,3 +151,19 @@ def test_before_any_engine_start_every_speculative_method_is_offered(qtbot) -> N
     assert all(combo.model().item(i).isEnabled() for i in range(combo.count()))
     assert combo.currentData() == "ngram"
     assert "read when the local engine starts" in dialog.reasons.text()
+
+
+def test_the_planner_shows_a_draft_models_weights_and_kv(qtbot) -> None:
+    """Bug caught: a draft model's memory left out of "What fits" (its weights and its KV share the pool)."""
+    from app.core.models.embedded_model import embedded_model_dir
+    from app.core.models.planner import draft_cost
+
+    dialog = make_dialog(qtbot, Settings(engine=EngineConfig(speculative_method="draft_model")))
+    cost = draft_cost(embedded_model_dir(), 4096, "auto")
+    text = dialog.planner_view.toPlainText()
+    assert f"weights {cost.weight_bytes / (1 << 30):.2f} GiB" in text
+    assert f"KV {cost.kv_bytes_per_token:,} bytes/token more" in text and "drafts for itself" in text
+    assert cost.kv_bytes_per_token == dialog.planner_view.plan.row("auto").kv_bytes_per_token  # same model
+    dialog.editors[("engine", "speculative_method")].setCurrentIndex(
+        dialog.editors[("engine", "speculative_method")].findData("ngram"))
+    assert "no extra weights or KV" in dialog.planner_view.toPlainText()
