@@ -284,7 +284,8 @@ def draft_cost(draft_dir: Path, max_model_len: int, kv_cache_dtype: str) -> Draf
     """The draft's weights (safetensors headers) and KV at this context and dtype, from its config.json."""
     config = load_model_config(draft_dir)
     per_token = attention_shape(config).kv_bytes_per_token(kv_cache_dtype)
-    return DraftCost(str(draft_dir), read_safetensors_weight_bytes(draft_dir), per_token, per_token * max_model_len)
+    weights = read_safetensors_weight_bytes(draft_dir) or estimate_weight_bytes(config)  # no safetensors: estimated
+    return DraftCost(str(draft_dir), weights, per_token, per_token * max_model_len)
 
 
 def measure_host_bandwidth_gbps(megabytes: int = 256, repeats: int = 5) -> float:
