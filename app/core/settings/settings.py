@@ -58,7 +58,7 @@ class EngineConfig(BaseModel):
         True, description="For models without native thinking: open <think> and give them a think budget.")
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="Split the model across this many local GPUs (tensor parallel; GPU only).")
-    # Off by default: `nalar bench spec` measured no gain on the 2-core CPU (docs/BENCHMARKS.md).
+    # Off by default; `nalar bench spec`'s figures and why are in Settings and docs/BENCHMARKS.md.
     speculative_method: SpeculativeMethod = Field(
         "off", description="Speculative decoding: propose tokens cheaply, verify several per read of the weights. "
                            "ngram: prompt lookup (no extra model); suffix: Arctic Inference's suffix trees (needs "

@@ -61,8 +61,11 @@ LABELS = {"max_model_len": "Context length (tokens)", "kv_cache_dtype": "KV cach
           "top_k": "Top-k", "thinking": "Think (new chats)", "speculative_method": "Speculative decoding",
           "num_speculative_tokens": "Speculative tokens", "prompt_lookup_max": "N-gram lookup max",
           "prompt_lookup_min": "N-gram lookup min"}
-SPECULATION_DEFAULT_NOTE = ("Speculative decoding is off by default: `nalar bench spec` on a 2-core AMD EPYC (CPU "
-                            "engine) measured no gain worth its cost (docs/BENCHMARKS.md).")
+SPECULATION_DEFAULT_NOTE = (
+    "Speculative decoding is off by default. `nalar bench spec` on a 2-core AMD EPYC (CPU engine, embedded "
+    "model, greedy) measured n-gram at 1.14× the thinking and 1.58× the answer tok/s of none (2.5× on a long, "
+    "repetitive thought), in one run on a shared machine; greedy text then parts at bf16 near-ties, so the "
+    "default stays off until more runs confirm it (docs/BENCHMARKS.md).")
 
 
 def _label(name: str) -> str:
