@@ -27,6 +27,7 @@ from app.engine.events import (
     EngineEvent,
     EngineReady,
     Finished,
+    SpecDecodeFigures,
 )
 from app.engine.local import vllm_logging
 from app.engine.local.engine_start import LocalStart, check_model_path
@@ -83,7 +84,8 @@ class EngineHost(EngineBase):
         if self._engine is not None:
             await self.shutdown()
         self._status("loading", "checking settings…", 0.02)
-        self.kv = KvStats()
+        # An engine that speculates counts from zero, so its first reply's counters start from a baseline too.
+        self.kv = KvStats(speculation=SpecDecodeFigures() if config.speculative_method != "off" else None)
         starting = self._starting = LocalStart(self._status, self.kv)
         try:
             loaded = await starting.run(config, kv_block_size)
