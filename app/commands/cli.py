@@ -45,10 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "saturation: how many chats of what length fit; engine|ui|startup|trim|all: the developer "
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
-                       choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "all"],
+                       choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
-                            "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; "
+                            "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; spec: "
+                            "each speculative decoding method vLLM accepts here against none (tok/s per phase, "
+                            "acceptance, where greedy text parts; --kv-dtypes' first dtype); "
                             "engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
@@ -76,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--gpu", action="store_true", help="the GPU engine's first-start checklist, with fixes")
     doctor.add_argument("--first-start", action="store_true",
                         help="with --gpu: start the engine once and record each phase's time and ms/token")
+    doctor.add_argument("--speculative", choices=["off", "ngram", "suffix", "draft_model"], default=None,
+                        help="with --first-start: this speculative decoding method instead of the setting's")
     download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable)")
     download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     download.add_argument("--revision", default="main", help="branch, tag or commit")
@@ -126,7 +130,7 @@ def run_command(args: argparse.Namespace) -> int:
         if args.gpu:
             from app.commands.gpu_doctor import run_first_start, run_gpu_doctor
 
-            return run_first_start(256) if args.first_start else run_gpu_doctor(args.json)
+            return run_first_start(256, args.speculative) if args.first_start else run_gpu_doctor(args.json)
         from app.commands.doctor import run_doctor
 
         return run_doctor(args.json)
@@ -165,6 +169,11 @@ def run_command(args: argparse.Namespace) -> int:
         from app.commands.bench_maths import run_maths_bench
 
         return run_maths_bench(as_json=args.json)
+    if args.command == "bench" and args.what == "spec":
+        from app.commands.speculation.spec_bench import run_spec_bench
+
+        return run_spec_bench(tokens=args.tokens or 256, kv_cache_dtype=(args.kv_dtypes or ["auto"])[0],
+                              as_json=args.json)
     if args.command == "bench":
         from app.commands.bench import run_bench
 

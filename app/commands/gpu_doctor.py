@@ -98,16 +98,19 @@ def run_gpu_doctor(as_json: bool) -> int:
     return 0 if all(item.ok for item in items) else 1
 
 
-def first_start(tokens: int = 256) -> dict[str, Any]:
+def first_start(tokens: int = 256, speculative_method: str | None = None) -> dict[str, Any]:
     """Run the whole first start with the configured model and record it: each phase's time as vLLM logged
     it, the load time, and decode ms/token beside the planner's bandwidth floor. Meant for a real card (it
-    runs on the CPU engine too, where the floor is not known)."""
+    runs on the CPU engine too, where the floor is not known). ``speculative_method`` overrides the
+    setting's, so one script records ms/token with and without speculation."""
     from app.core.models.planner import bandwidth_for, plan_for_folder
     from app.core.settings.settings import SamplingConfig
     from app.engine.events import Finished
     from app.engine.local.host import EngineHost
 
     settings, _ = load_settings()
+    if speculative_method is not None:
+        settings = settings.with_engine(speculative_method=speculative_method)
     probe = capability.probe_hardware()
     host = EngineHost()
     events: list[Any] = []
@@ -133,9 +136,11 @@ def first_start(tokens: int = 256) -> dict[str, Any]:
             "load_seconds": round(ready.load_seconds, 1), "phases": host.start_phases,
             "kv_capacity_tokens": ready.kv_capacity_tokens, "finish": finished.reason,
             "ms_per_token": round(metrics.answer_ms_per_token, 2) if metrics else None,
-            "floor_ms_per_token_at_full_context": None if floor is None else round(floor, 2)}
+            "floor_ms_per_token_at_full_context": None if floor is None else round(floor, 2),
+            "speculative_method": settings.engine.speculative_method,
+            "speculation": asdict(metrics.speculation) if metrics and metrics.speculation else None}
 
 
-def run_first_start(tokens: int) -> int:
-    print(json.dumps(first_start(tokens), indent=2))
+def run_first_start(tokens: int, speculative_method: str | None = None) -> int:
+    print(json.dumps(first_start(tokens, speculative_method), indent=2))
     return 0

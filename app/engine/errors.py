@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, fields
 
-from app.core.settings.settings import KV_FALLBACK, EngineConfig, KvCacheDtype, changed
+from app.core.settings.settings import KV_FALLBACK, EngineConfig, KvCacheDtype, SpeculativeMethod, changed
 
 
 class FailureKind(enum.Enum):
@@ -29,6 +29,7 @@ class FailureKind(enum.Enum):
     TOOLCHAIN_MISSING = "C compiler or Python headers missing"
     CONTEXT_TOO_LONG = "context longer than the model's maximum"
     GPU_TOO_OLD = "GPU too old for this model's weights"
+    SPECULATION_UNSUPPORTED = "speculative decoding method refused by vLLM"
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class EngineFix:
     kv_cache_dtype: KvCacheDtype | None = None
     max_model_len: int | None = None
     gpu_memory_utilization: float | None = None
+    speculative_method: SpeculativeMethod | None = None
 
     def changes(self) -> dict[str, object]:
         """The fields it sets, as ``Settings.with_engine`` takes them (validated there)."""
@@ -56,6 +58,7 @@ class EngineFix:
 
 NO_FIX = EngineFix()
 USE_KV_FALLBACK = EngineFix(kv_cache_dtype=KV_FALLBACK)
+NO_SPECULATION = EngineFix(speculative_method="off")
 
 
 class EngineFailure(Exception):

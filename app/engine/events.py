@@ -50,6 +50,42 @@ class StartPlan:
 
 
 @dataclass(frozen=True)
+class SpeculationVerdict:
+    """One speculative-decoding method judged by vLLM's own config validation for this start's model and KV
+    dtype (app.engine.machine.speculation): ``reason`` is vLLM's refusal, None when it accepts the method."""
+
+    method: str
+    reason: str | None
+
+    @property
+    def works(self) -> bool:
+        return self.reason is None
+
+
+@dataclass(frozen=True)
+class SpecDecodeFigures:
+    """vLLM's speculative-decoding counters (SchedulerStats.spec_decoding_stats), summed over a span of steps."""
+
+    drafts: int = 0  # verification steps that carried proposed tokens
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Share of proposed tokens the target model accepted."""
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens gained per verification step: the accepted ones plus the one the target adds (vLLM's figure)."""
+        return 1.0 + self.accepted_tokens / self.drafts if self.drafts else 0.0
+
+    def since(self, start: SpecDecodeFigures) -> SpecDecodeFigures:
+        return SpecDecodeFigures(self.drafts - start.drafts, self.draft_tokens - start.draft_tokens,
+                                 self.accepted_tokens - start.accepted_tokens)
+
+
+@dataclass(frozen=True)
 class EngineReady:
     """The engine is loaded; capacity figures come from vLLM's own config.
 
@@ -65,6 +101,7 @@ class EngineReady:
     load_seconds: float
     backend: Literal["local", "remote"] = "local"
     plan: StartPlan | None = None
+    speculation: tuple[SpeculationVerdict, ...] = ()  # every method, as vLLM judged it at this start
 
 
 @dataclass(frozen=True)
@@ -130,6 +167,7 @@ class Metrics:
     kv_capacity_tokens: int
     running_requests: int = 0
     waiting_requests: int = 0
+    speculation: SpecDecodeFigures | None = None  # this reply's, when the engine speculates
 
 
 @dataclass(frozen=True)

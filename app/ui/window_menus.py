@@ -69,7 +69,9 @@ class WindowMenus(QObject):
 
     def open_settings(self) -> SettingsDialog:
         controller, tools = self.controller, self.tools
-        dialog = SettingsDialog(controller.settings, parent=self.window, keys=controller.keys, tools=tools)
+        ready = controller.bridge.ready
+        dialog = SettingsDialog(controller.settings, parent=self.window, keys=controller.keys, tools=tools,
+                                speculation=ready.speculation if ready is not None else ())
         dialog.applied.connect(controller.apply_settings)
         # Closed without saving: servers only tried in the Tools tab end.
         dialog.rejected.connect(lambda: tools.sync(controller.settings.tools.servers))

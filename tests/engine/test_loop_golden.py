@@ -150,6 +150,29 @@ def test_a_normal_trace_is_not_flagged(group: tuple[str, float]) -> None:
     assert not failures, f"{len(failures)} of {len(indices)} normal traces flagged:\n" + "\n".join(failures)
 
 
+# n-gram speculation with 4 proposed tokens delivers up to 5 a step (tests/real/test_speculation_real.py).
+SPECULATIVE_BURST = 5
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=GROUP_IDS)
+def test_with_speculation_the_guard_catches_each_loop_where_it_did_and_flags_no_normal_trace(
+        group: tuple[str, float]) -> None:
+    """Bug caught: the loop guard checking only on exact multiples of its interval, so bursts of several
+    tokens (speculative decoding's steps, which loops make longest) skip checks or land a loop later;
+    a loop must be caught at the same token give or take one burst, and no normal trace flagged."""
+    late, flagged = [], []
+    for i in in_group(group, looping=True):
+        plain, burst = replay(STREAMS[i]), replay(STREAMS[i], burst=SPECULATIVE_BURST)
+        if burst.detected_phase != plain.detected_phase or abs(
+                burst.detected_token - plain.detected_token) >= SPECULATIVE_BURST:
+            late.append(f"  stream {i}: {plain.detected_phase}@{plain.detected_token} without speculation, "
+                        f"{burst.detected_phase}@{burst.detected_token} with")
+    for i in in_group(group, looping=False):
+        if (result := replay(STREAMS[i], burst=SPECULATIVE_BURST)).detected_phase is not None:
+            flagged.append(f"  stream {i}: flagged {result}")
+    assert not late and not flagged, "\n".join(late + flagged)
+
+
 @pytest.mark.parametrize("text", [CODE, TABLE, NUMBERED, STEPS, CODE + TABLE + NUMBERED + STEPS],
                          ids=["code", "table", "numbered", "steps", "all"])
 def test_code_tables_and_lists_are_not_loops(tokenizer: Any, text: str) -> None:

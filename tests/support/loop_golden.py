@@ -73,13 +73,29 @@ class Replay:
     kind: str = ""
 
 
-def replay(stream: dict[str, Any], guard: LoopGuardConfig | None = None) -> Replay:
-    """Feed the recorded deltas as EngineHost's think phase does; stop at the first loop found."""
+def bursts(stream: dict[str, Any], size: int) -> list[tuple[list[int], str]]:
+    """The recorded deltas as speculative decoding delivers them: up to ``size`` tokens a step (1 proposed
+    token verified plus the accepted drafts). A think tag ends its burst, as a phase change ends vLLM's delta."""
+    out: list[tuple[list[int], str]] = []
+    ids: list[int] = []
+    text = ""
+    for delta_ids, delta_text in zip(stream["ids"], stream["texts"], strict=True):
+        ids, text = ids + list(delta_ids), text + delta_text
+        if len(ids) >= size or "think>" in delta_text:
+            out.append((ids, text))
+            ids, text = [], ""
+    return out + ([(ids, text)] if ids else [])
+
+
+def replay(stream: dict[str, Any], guard: LoopGuardConfig | None = None, burst: int = 1) -> Replay:
+    """Feed the recorded deltas as EngineHost's think phase does; stop at the first loop found. ``burst``:
+    group them as speculative decoding of up to that many tokens a step would."""
     sampling = SamplingConfig(loop_guard=(guard or LoopGuardConfig()).model_dump())
     reply = ReplyStream("golden", sampling=sampling)
     splitter = ThinkTagSplitter(prompt_opened_think=stream["mode"] == "think")
     tokens: dict[str, list[int]] = {"thinking": [], "answer": []}
-    for ids, text in zip(stream["ids"], stream["texts"], strict=True):
+    deltas = zip(stream["ids"], stream["texts"], strict=True) if burst == 1 else bursts(stream, burst)
+    for ids, text in deltas:
         phase: Phase = "thinking" if splitter.in_thinking else "answer"
         tokens[phase].extend(ids)
         reply.step(phase, splitter.feed(text, ids), ids)

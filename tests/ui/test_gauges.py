@@ -35,3 +35,27 @@ def test_a_local_engine_still_shows_its_figures(qtbot) -> None:
     gauges.update_metrics(Metrics("r1", "answer", 0, 10, 0.0, 20.0, 0.0, 50.0, 0.3, 100, 110, 4096, 0.25, 46_592))
     assert gauges.kv_bar.format() == "25.0% of 46,592 tokens"
     assert gauges.context_bar.format() == "110 / 4,096"
+
+
+def test_the_speculation_gauge_shows_vllms_acceptance_only_when_the_engine_speculates(qtbot) -> None:
+    """Bug caught: the acceptance figures missing next to tok/s while n-gram speculation runs, or a
+    'Speculation' gauge reading 0% on an engine that doesn't speculate."""
+    from dataclasses import replace
+
+    from app.core.settings.settings import EngineConfig
+    from app.engine.events import SpecDecodeFigures, StartPlan
+
+    gauges = GaugeBar()
+    qtbot.addWidget(gauges)
+    gauges.show()
+    plain = EngineReady("m", "auto", 4096, 46_592, 11.4, 1.5, plan=StartPlan(EngineConfig()))
+    gauges.set_engine(plain)
+    assert not gauges.speculation.isVisible()
+    gauges.set_engine(replace(plain, plan=StartPlan(EngineConfig(speculative_method="ngram"))))
+    assert gauges.speculation.isVisible() and gauges.speculation_title.isVisible()
+    metrics = Metrics("r1", "answer", 0, 10, 0.0, 20.0, 0.0, 50.0, 0.3, 100, 110, 4096, 0.25, 46_592,
+                      speculation=SpecDecodeFigures(drafts=10, draft_tokens=40, accepted_tokens=14))
+    gauges.update_metrics(metrics)
+    assert gauges.speculation.text() == "35% accepted, 2.40 tok/step"
+    gauges.update_metrics(replace(metrics, speculation=SpecDecodeFigures()))
+    assert gauges.speculation.text() == "no drafts yet"

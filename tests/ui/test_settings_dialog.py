@@ -125,3 +125,48 @@ def test_a_bad_loop_guard_threshold_is_marked_on_its_own_tab(qtbot) -> None:
     assert dialog.candidate is not None
     assert dialog.candidate.sampling.loop_guard.similarity == 0.9
     assert dialog.candidate.sampling.loop_guard.action == "stop"
+
+
+def test_a_speculative_method_vllm_refused_is_greyed_out_with_its_reason(qtbot) -> None:
+    """Bug caught: suffix decoding offered on an engine without arctic-inference (the start then fails), or
+    the reason shown being Nalar's words rather than vLLM's; a saved refused choice falls back to off."""
+    from app.engine.events import SpeculationVerdict
+
+    refusal = "Arctic Inference is required for suffix decoding. Install via `pip install arctic-inference==0.1.1`."
+    verdicts = (SpeculationVerdict("ngram", None), SpeculationVerdict("suffix", refusal),
+                SpeculationVerdict("draft_model", None))
+    dialog = SettingsDialog(Settings(engine=EngineConfig(speculative_method="suffix")), NO_AVX512,
+                            speculation=verdicts)
+    qtbot.addWidget(dialog)
+    combo = dialog.editors[("engine", "speculative_method")]
+    items = {combo.itemData(i): combo.model().item(i) for i in range(combo.count())}
+    assert not items["suffix"].isEnabled() and items["suffix"].toolTip() == refusal
+    assert items["ngram"].isEnabled() and items["draft_model"].isEnabled() and items["off"].isEnabled()
+    assert combo.currentData() == "off"
+    assert f"Speculative suffix: vLLM refuses it here: {refusal}" in dialog.reasons.text()
+    assert "off by default" in dialog.reasons.text()
+
+
+def test_before_any_engine_start_every_speculative_method_is_offered(qtbot) -> None:
+    """Bug caught: methods greyed out with no verdict to go on (vLLM judges them at the engine's start)."""
+    dialog = make_dialog(qtbot, Settings(engine=EngineConfig(speculative_method="ngram")))
+    combo = dialog.editors[("engine", "speculative_method")]
+    assert all(combo.model().item(i).isEnabled() for i in range(combo.count()))
+    assert combo.currentData() == "ngram"
+    assert "read when the local engine starts" in dialog.reasons.text()
+
+
+def test_the_planner_shows_a_draft_models_weights_and_kv(qtbot) -> None:
+    """Bug caught: a draft model's memory left out of "What fits" (its weights and its KV share the pool)."""
+    from app.core.models.embedded_model import embedded_model_dir
+    from app.core.models.planner import draft_cost
+
+    dialog = make_dialog(qtbot, Settings(engine=EngineConfig(speculative_method="draft_model")))
+    cost = draft_cost(embedded_model_dir(), 4096, "auto")
+    text = dialog.planner_view.toPlainText()
+    assert f"weights {cost.weight_bytes / (1 << 30):.2f} GiB" in text
+    assert f"KV {cost.kv_bytes_per_token:,} bytes/token more" in text and "drafts for itself" in text
+    assert cost.kv_bytes_per_token == dialog.planner_view.plan.row("auto").kv_bytes_per_token  # same model
+    dialog.editors[("engine", "speculative_method")].setCurrentIndex(
+        dialog.editors[("engine", "speculative_method")].findData("ngram"))
+    assert "no extra weights or KV" in dialog.planner_view.toPlainText()

@@ -277,6 +277,25 @@ def plan_for_folder(model_dir: Path, **kwargs: Any) -> Plan:
     return plan(config, model=str(model_dir), weight_bytes=read_safetensors_weight_bytes(model_dir), **kwargs)
 
 
+@dataclass(frozen=True)
+class DraftCost:
+    """What a draft model adds to the target's memory: its weights, and its KV beside the target's in vLLM's
+    one pool (each token's KV grows by the draft's layers, so the pool holds fewer tokens)."""
+
+    model: str
+    weight_bytes: int
+    kv_bytes_per_token: int
+    kv_bytes_per_sequence: int
+
+
+def draft_cost(draft_dir: Path, max_model_len: int, kv_cache_dtype: str) -> DraftCost:
+    """The draft's weights (safetensors headers) and KV at this context and dtype, from its config.json."""
+    config = load_model_config(draft_dir)
+    per_token = attention_shape(config).kv_bytes_per_token(kv_cache_dtype)
+    weights = read_safetensors_weight_bytes(draft_dir) or estimate_weight_bytes(config)  # no safetensors: estimated
+    return DraftCost(str(draft_dir), weights, per_token, per_token * max_model_len)
+
+
 def measure_host_bandwidth_gbps(megabytes: int = 256, repeats: int = 5) -> float:
     """Host memory bandwidth from a large array copy (read + write counted), best of ``repeats``."""
     import numpy as np

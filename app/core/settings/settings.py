@@ -28,6 +28,7 @@ SETTINGS_FILE = "settings.json"
 
 KvCacheDtype = Literal["auto", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
 FP8_KV_DTYPES: frozenset[str] = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})  # "fp8": vLLM's alias, in old reports
+SpeculativeMethod = Literal["off", "ngram", "suffix", "draft_model"]
 KV_FALLBACK: KvCacheDtype = "auto"  # the dtype every engine runs: the model's own (bf16 or fp16)
 
 
@@ -57,6 +58,16 @@ class EngineConfig(BaseModel):
         True, description="For models without native thinking: open <think> and give them a think budget.")
     tensor_parallel_size: int = Field(
         1, ge=1, le=64, description="Split the model across this many local GPUs (tensor parallel; GPU only).")
+    # Off by default; `nalar bench spec`'s figures and why are in Settings and docs/BENCHMARKS.md.
+    speculative_method: SpeculativeMethod = Field(
+        "off", description="Speculative decoding: propose tokens cheaply, verify several per read of the weights. "
+                           "ngram: prompt lookup (no extra model); suffix: Arctic Inference's suffix trees (needs "
+                           "the arctic-inference package); draft_model: a small model of the same tokenizer.")
+    num_speculative_tokens: int = Field(4, ge=1, le=16, description="Tokens proposed per step (speculation only).")
+    prompt_lookup_max: int = Field(4, ge=1, le=64, description="Longest n-gram matched in the text so far (ngram).")
+    prompt_lookup_min: int = Field(2, ge=1, le=64, description="Shortest n-gram matched (ngram).")
+    draft_model: str = Field("", description="The draft model's folder or hub id (draft_model): same tokenizer "
+                                             "and vocabulary as the model, much smaller.")
 
 
 LoopAction = Literal["conclude", "resample", "stop", "warn"]

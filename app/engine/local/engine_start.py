@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -19,14 +20,14 @@ import psutil
 from app.core.models.model_families import model_family
 from app.core.models.model_folder import folder_problem, looks_local
 from app.core.settings.settings import EngineConfig
-from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineReady, StartPlan
+from app.engine.errors import NO_SPECULATION, EngineFailure, FailureKind
+from app.engine.events import EngineReady, SpeculationVerdict, StartPlan
 from app.engine.local import import_warmup, vllm_logging
 from app.engine.local.kv_stats import KvStats, stat_logger_class
 from app.engine.local.reply_prompt import ReplyPrompts
 from app.engine.local.start_failures import classify_start_failure
 from app.engine.local.start_progress import StartWatcher
-from app.engine.machine import capability, cpu_runtime
+from app.engine.machine import capability, cpu_runtime, speculation
 from app.engine.machine.orphans import (
     OWNER_ENV,
     children_since,
@@ -65,6 +66,8 @@ def engine_arguments(plan: StartPlan, model: str, on_cpu: bool, kv_block_size: i
     )
     if kv_block_size:
         kwargs["block_size"] = kv_block_size
+    if (spec := speculation.speculative_config(config, model)) is not None:
+        kwargs["speculative_config"] = spec
     # Forced tool calls and JSON answers without free whitespace: small models fill their tokens with
     # newlines inside the JSON otherwise (xgrammar reads this engine-wide, not per request).
     from vllm.config import StructuredOutputsConfig
@@ -110,11 +113,29 @@ class LocalStart:
         with import_warmup.engine_loading():
             from vllm import AsyncEngineArgs
         kwargs = engine_arguments(plan, model, on_cpu, kv_block_size)
+        verdicts = self._judge_speculation(plan.config, model, kwargs)
         if plan.attention_backend:
             log.info("vLLM is expected to choose the %s attention backend", plan.attention_backend)
         self._status("loading", "loading model… (this takes a while)", 0.2)
         engine, processes = await self._build(AsyncEngineArgs(**kwargs), plan.config, on_cpu)
-        return self._read_ready(engine, plan, model, local_path, processes, started)
+        loaded = self._read_ready(engine, plan, model, local_path, processes, started)
+        loaded.ready = dataclasses.replace(loaded.ready, speculation=verdicts)
+        return loaded
+
+    @staticmethod
+    def _judge_speculation(config: EngineConfig, model: str, kwargs: dict[str, Any]
+                           ) -> tuple[SpeculationVerdict, ...]:
+        """Every method as vLLM's validation judges it here (the Settings dialog greys out the refused ones);
+        the chosen one refused fails the start now, with vLLM's reason, before any weights load."""
+        verdicts = speculation.judge_methods(config, model, kwargs)
+        chosen = next((v for v in verdicts if v.method == config.speculative_method), None)
+        if chosen is not None and chosen.reason is not None:
+            raise EngineFailure(FailureKind.SPECULATION_UNSUPPORTED,
+                                f"vLLM refuses speculative decoding '{chosen.method}' here: {chosen.reason}",
+                                "Set Settings → Engine → Speculative method to off"
+                                + (", or install arctic-inference" if chosen.method == "suffix" else "") + ".",
+                                NO_SPECULATION)
+        return verdicts
 
     def end_load(self) -> None:
         """From another thread, while vLLM loads: the loop is blocked in from_engine_args, so a shutdown would

@@ -27,6 +27,7 @@ from app.engine.events import (
     EngineEvent,
     EngineReady,
     Finished,
+    SpecDecodeFigures,
 )
 from app.engine.local import vllm_logging
 from app.engine.local.engine_start import LocalStart, check_model_path
@@ -42,7 +43,7 @@ from app.engine.local.local_reply import (
 from app.engine.local.reply_prompt import FORCED_THINK_CLOSE, REASONING_SYSTEM_PROMPT, ReplyPrompts
 from app.engine.machine.orphans import OrphanWatch, end_processes, record_engine_processes, same_process
 from app.engine.reply.reasoning import make_splitter, think_start_of_prompt
-from app.engine.reply.stream import KvFigures, ReplyStream
+from app.engine.reply.stream import ReplyStream
 from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of
 from app.engine.requests import Resume, ToolChoice, Tools
 
@@ -83,7 +84,8 @@ class EngineHost(EngineBase):
         if self._engine is not None:
             await self.shutdown()
         self._status("loading", "checking settings…", 0.02)
-        self.kv = KvStats()
+        # An engine that speculates counts from zero, so its first reply's counters start from a baseline too.
+        self.kv = KvStats(speculation=SpecDecodeFigures() if config.speculative_method != "off" else None)
         starting = self._starting = LocalStart(self._status, self.kv)
         try:
             loaded = await starting.run(config, kv_block_size)
@@ -241,7 +243,7 @@ class EngineHost(EngineBase):
         assert ready is not None
         stream = ReplyStream(rid, prompt_tokens=len(prompt_ids), max_model_len=ready.max_model_len,
                              kv_capacity_tokens=ready.kv_capacity_tokens,
-                             kv=lambda: KvFigures(self.kv.usage, self.kv.running, self.kv.waiting), sampling=sampling)
+                             kv=lambda: self.kv.figures(), sampling=sampling)
         return LocalReply(stream, sampling, prompt_ids, sampling.think_budget if thinking_on else 0, ignore_eos,
                           can_conclude=thinking_on,
                           constraint=answer_constraint(sampling, forced_schema(offer) if offer is not None else None),

@@ -91,6 +91,7 @@ class LoopDetector:
         self._line_start = True  # the pending text opens a line
         self._list_item: tuple[bool, int | None] = (False, None)  # the current line opens a list item; its number
         self._next_check = 0
+        self._checked_to: int | None = None  # the exact check has tried every end up to here; None: not watching
 
     @property
     def tokens(self) -> int:
@@ -104,10 +105,20 @@ class LoopDetector:
         self._add_text(text, first_token)
         self.ids.extend(ids)
         self.char_end.extend([self.chars] * len(ids))
-        if not watch or len(self.ids) < self._next_check:
+        if not watch:
             return None
-        self._next_check = len(self.ids) + self.config.check_every_tokens
-        return self._exact() or self._drift()
+        if self._checked_to is None:
+            self._checked_to = first_token  # watching starts with this delta's tokens
+        if len(self.ids) < self._next_check:
+            return None
+        # An exact repeat shows only while the text ends inside it: every end since the last check is tried,
+        # so where the checks fall (deltas of several tokens: speculative decoding) can't hide a loop. Checks
+        # keep to a grid of check_every_tokens, so a burst delays one by less than its length, never more.
+        every = self.config.check_every_tokens
+        ends = range(self._checked_to + 1, len(self.ids) + 1)
+        self._next_check = (len(self.ids) // every + 1) * every
+        self._checked_to = len(self.ids)
+        return next((loop for end in ends if (loop := self._exact(end)) is not None), None) or self._drift()
 
     def rewind(self, tokens: int, chars: int) -> None:
         """Forget everything after ``tokens`` / ``chars`` (a loop was cut out there)."""
@@ -117,6 +128,7 @@ class LoopDetector:
         while self._segments and self._segments[-1].end_char > chars:
             self._segments.pop()
         self._next_check = tokens + self.config.check_every_tokens
+        self._checked_to = None if self._checked_to is None else min(self._checked_to, tokens)
 
     def char_at(self, token: int) -> int:
         """Where token ``token`` begins in the phase text."""
@@ -128,8 +140,9 @@ class LoopDetector:
 
     # ---- exact repeats ---------------------------------------------------------------------
 
-    def _exact(self) -> Loop | None:
-        ids, n, c = self.ids, len(self.ids), self.config
+    def _exact(self, n: int) -> Loop | None:
+        """An exact repeat that the stream's first ``n`` tokens end in."""
+        ids, c = self.ids, self.config
         top = min(c.max_period_tokens, n // 2)
         last, before = ids[n - 1], ids[n - 2]
         # Cheap reject first, in one pass: a period must repeat the last two tokens.

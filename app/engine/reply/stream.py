@@ -24,6 +24,7 @@ from app.engine.events import (
     LoopDetected,
     LoopOutcome,
     Metrics,
+    SpecDecodeFigures,
     ThinkingDelta,
     ToolCall,
 )
@@ -42,6 +43,7 @@ class KvFigures:
     usage: float = 0.0
     running: int = 0
     waiting: int = 0
+    speculation: SpecDecodeFigures | None = None  # counted since the engine started; None: it doesn't speculate
 
 
 class PhaseRate:
@@ -87,6 +89,7 @@ class ReplyStream:
         self.max_model_len = max_model_len
         self.kv_capacity_tokens = kv_capacity_tokens
         self._kv = kv
+        self._spec_start: SpecDecodeFigures | None = None  # the engine's counters at this reply's first metrics
         self.started = time.perf_counter()
         self.first_token_at: float | None = None
         self.rates: dict[Phase, PhaseRate] = {"thinking": PhaseRate(), "answer": PhaseRate()}
@@ -204,7 +207,15 @@ class ReplyStream:
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.started,
             prompt_tokens=self.prompt_tokens, context_tokens=self.prompt_tokens + self.generated_tokens,
             max_model_len=self.max_model_len, kv_usage=kv.usage, kv_capacity_tokens=self.kv_capacity_tokens,
-            running_requests=kv.running, waiting_requests=kv.waiting)
+            running_requests=kv.running, waiting_requests=kv.waiting, speculation=self._speculation(kv))
+
+    def _speculation(self, kv: KvFigures) -> SpecDecodeFigures | None:
+        """This reply's share of the engine's counters (concurrent replies share the steps they ran in)."""
+        if kv.speculation is None:
+            return None
+        if self._spec_start is None:  # read lazily: a backend's kv() may need this stream built
+            self._spec_start = kv.speculation
+        return kv.speculation.since(self._spec_start)
 
     def due_metrics(self, now: float | None = None) -> Metrics | None:
         """Metrics at most every METRICS_INTERVAL_S, for the gauges."""

@@ -11,9 +11,37 @@ from PySide6.QtWidgets import QTextBrowser
 from app.core.measure.fp8_scales import fp8_scales_text
 from app.core.models.embedded_model import embedded_model_dir
 from app.core.models.model_folder import folder_problem
-from app.core.models.planner import GIB, Plan, PlannerError, bandwidth_for, plan_for_folder, utilization_for_free_vram
+from app.core.models.planner import (
+    GIB,
+    Plan,
+    PlannerError,
+    bandwidth_for,
+    draft_cost,
+    plan_for_folder,
+    utilization_for_free_vram,
+)
 from app.engine.machine.capability import HardwareProbe
 from app.engine.machine.gpu_start import held_by_others
+
+
+def speculation_note(engine: dict[str, Any], folder: Path) -> str:
+    """What the chosen speculative method costs in memory: a draft model's weights and KV, else nothing."""
+    method = engine.get("speculative_method", "off")
+    if method in ("ngram", "suffix"):
+        return f"<br>Speculative {method}: no extra weights or KV (it proposes from the text so far)."
+    if method != "draft_model":
+        return ""
+    draft = Path(engine["draft_model"]).expanduser() if engine.get("draft_model") else folder
+    if folder_problem(draft) is not None:
+        return "<br>Draft model: not a local model folder; its memory is planned once it is downloaded."
+    try:
+        cost = draft_cost(draft, engine["max_model_len"], engine["kv_cache_dtype"])
+    except (PlannerError, OSError, ValueError) as exc:
+        return f"<br>Draft model: can't plan it: {html.escape(str(exc))}"
+    same = " (the model drafts for itself: a smoke test, never faster)" if draft == folder else ""
+    return (f"<br>Draft model{html.escape(same)}: weights {cost.weight_bytes / GIB:.2f} GiB, KV "
+            f"{cost.kv_bytes_per_token:,} bytes/token more ({cost.kv_bytes_per_sequence / GIB:.2f} GiB per "
+            "sequence), from the same KV pool.")
 
 
 class PlannerView(QTextBrowser):
@@ -69,6 +97,7 @@ class PlannerView(QTextBrowser):
         note += vram_note
         if scales := fp8_scales_text(engine["kv_cache_dtype"], folder):
             note += f"<br>KV cache: {html.escape(scales)}"
+        note += speculation_note(engine, folder)
         self.setHtml(
             f"<table cellspacing=6><tr><th></th>{header}</tr>{body}</table>"
             f"<small>Weights {weights}. {result.assumption}{note}</small>")

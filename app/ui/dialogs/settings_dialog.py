@@ -35,7 +35,8 @@ from app.core.models.embedded_model import embedded_model_dir
 from app.core.models.model_folder import folder_problem, looks_local
 from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import EngineConfig, LoopGuardConfig, SamplingConfig, Settings
-from app.engine.machine import capability
+from app.engine.events import SpeculationVerdict
+from app.engine.machine import capability, speculation
 from app.engine.machine.capability import HardwareProbe
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.dialogs.backends_panel import ApiServerPanel, BackendsPanel
@@ -57,7 +58,15 @@ LABELS = {"max_model_len": "Context length (tokens)", "kv_cache_dtype": "KV cach
           "enable_prefix_caching": "Prefix caching", "enforce_eager": "Eager mode (no graphs)",
           "trust_remote_code": "Trust remote code", "top_p": "Top-p", "max_tokens": "Max answer tokens",
           "think_budget": "Think budget (tokens)", "reasoning_mode": "Reasoning mode",
-          "top_k": "Top-k", "thinking": "Think (new chats)", "reasoning_effort": "Reasoning effort (gpt-oss)"}
+          "top_k": "Top-k", "thinking": "Think (new chats)", "reasoning_effort": "Reasoning effort (gpt-oss)",
+          "speculative_method": "Speculative decoding",
+          "num_speculative_tokens": "Speculative tokens", "prompt_lookup_max": "N-gram lookup max",
+          "prompt_lookup_min": "N-gram lookup min"}
+SPECULATION_DEFAULT_NOTE = (
+    "Speculative decoding is off by default. `nalar bench spec` on a 2-core AMD EPYC (CPU engine, embedded "
+    "model, greedy) measured n-gram at 1.14× the thinking and 1.58× the answer tok/s of none (2.5× on a long, "
+    "repetitive thought), in one run on a shared machine; greedy text then parts at bf16 near-ties, so the "
+    "default stays off until more runs confirm it (docs/BENCHMARKS.md).")
 
 
 def _label(name: str) -> str:
@@ -133,13 +142,62 @@ def user_trusts_remote_code(parent: QWidget, model: str) -> bool:
     return answer == QMessageBox.StandardButton.Yes
 
 
+def model_editor(value: str, parent: QWidget) -> tuple[QWidget, QLineEdit]:
+    """The model field: its text, Browse… for a folder, and Embedded for the model that ships with Nalar."""
+    holder = QWidget()
+    row = QHBoxLayout(holder)
+    row.setContentsMargins(0, 0, 0, 0)
+    edit = QLineEdit(value)
+    edit.setPlaceholderText("embedded SmolLM2-135M-Instruct")
+
+    def browse_model() -> None:
+        folder = QFileDialog.getExistingDirectory(parent, "Choose a model folder (with config.json)")
+        if folder:
+            edit.setText(folder)
+
+    browse = QPushButton("Browse…")
+    browse.clicked.connect(browse_model)
+    embedded = QPushButton("Embedded")
+    embedded.setToolTip("Use the small model that ships with Nalar")
+    embedded.clicked.connect(lambda: edit.setText(""))
+    row.addWidget(edit, 1)
+    row.addWidget(browse)
+    row.addWidget(embedded)
+    return holder, edit
+
+
+def apply_speculation_limits(editors: dict[tuple[str, str], QWidget], verdicts: tuple[SpeculationVerdict, ...]
+                             ) -> str:
+    """Grey out the speculative methods vLLM refused at the running engine's start, with vLLM's reason."""
+    combo = editors[("engine", "speculative_method")]
+    assert isinstance(combo, QComboBox)
+    model = combo.model()
+    assert isinstance(model, QStandardItemModel)
+    lines = [SPECULATION_DEFAULT_NOTE]
+    if not verdicts:
+        lines.append("Which speculative methods run here is vLLM's decision, read when the local engine starts "
+                     "(none has started yet).")
+    for row in range(combo.count()):
+        verdict = next((v for v in verdicts if v.method == combo.itemData(row)), None)
+        item = model.item(row)
+        item.setEnabled(verdict is None or verdict.works)
+        item.setToolTip(speculation.NEEDS.get(str(combo.itemData(row)), "") if verdict is None or verdict.works
+                        else verdict.reason or "")
+        if verdict is not None and not verdict.works:
+            lines.append(f"Speculative {verdict.method}: vLLM refuses it here: {verdict.reason}")
+    if not model.item(combo.currentIndex()).isEnabled():
+        combo.setCurrentIndex(combo.findData("off"))
+    return "\n".join(lines)
+
+
 class SettingsDialog(QDialog):
     """Edits a copy of the settings; ``applied`` carries the validated result."""
 
     applied = Signal(object)  # Settings
 
     def __init__(self, settings: Settings, probe: HardwareProbe | None = None, parent: QWidget | None = None,
-                 keys: KeyStore | None = None, tools: ToolsController | None = None) -> None:
+                 keys: KeyStore | None = None, tools: ToolsController | None = None,
+                 speculation: tuple[SpeculationVerdict, ...] = ()) -> None:
         super().__init__(parent)
         self.setWindowTitle("Nalar settings")
         self.setObjectName("SettingsDialog")
@@ -210,7 +268,8 @@ class SettingsDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         self.buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self._on_apply)
         layout.addWidget(self.buttons)
-        self.reasons.setText(apply_hardware_limits(self.editors, self.probe))
+        self.reasons.setText(apply_hardware_limits(self.editors, self.probe) + "\n"
+                             + apply_speculation_limits(self.editors, speculation))
         self.revalidate()
 
     # ---- widgets from the schema ----------------------------------------------------------------
@@ -225,26 +284,9 @@ class SettingsDialog(QDialog):
         return editor
 
     def _model_editor(self, value: str) -> QWidget:
-        holder = QWidget()
-        row = QHBoxLayout(holder)
-        row.setContentsMargins(0, 0, 0, 0)
-        self.model_edit = QLineEdit(value)
-        self.model_edit.setPlaceholderText("embedded SmolLM2-135M-Instruct")
+        holder, self.model_edit = model_editor(value, self)
         self.model_edit.textChanged.connect(self._on_model_changed)
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._browse_model)
-        embedded = QPushButton("Embedded")
-        embedded.setToolTip("Use the small model that ships with Nalar")
-        embedded.clicked.connect(lambda: self.model_edit.setText(""))
-        row.addWidget(self.model_edit, 1)
-        row.addWidget(browse)
-        row.addWidget(embedded)
         return holder
-
-    def _browse_model(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a model folder (with config.json)")
-        if folder:
-            self.model_edit.setText(folder)
 
     def _on_model_changed(self) -> None:
         # The opt-in belongs to one model: a different model starts untrusted.
