@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from app.core.chat.conversation import Conversation, Turn
@@ -73,3 +74,29 @@ def test_a_corrupted_history_file_is_reported(qtbot, make_window) -> None:
     history_path().write_bytes(b"garbage" * 500)
     window = make_window(ScriptedEngineDouble(), start=False)
     assert window.banner.isVisible() and "history.sqlite3.corrupt-" in window.banner.text()
+
+
+def test_regenerate_keeps_both_replies_and_an_edit_branches(qtbot, make_window) -> None:
+    """On a real SQLite file, through the window. Bugs caught: Regenerate overwriting the old reply (issue 34:
+    it becomes a sibling); an edit sending the old question, or the model reading the other branch's turns;
+    switching back not showing the old reply in the panes; the shown branch not kept across a restart."""
+    window = make_window(ScriptedEngineDouble([Script(["<think>t1</think>first"]), Script(["<think>t2</think>second"]),
+                                               Script(["<think>t3</think>edited"])]))
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        window.send("2+3?")
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        window.controls.regenerate_button.click()
+    conversation = window.session.conversation
+    assert [t.answer for t in conversation.tree] == ["first", "second"] and conversation.siblings(0) == (1, 2)
+    assert window.chat_view.answer_pane.text() == "second"
+    store = window.session.store
+    assert store.switch_branch(0, -1) and window.chat_view.answer_pane.text() == "first"
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        asyncio.ensure_future(window.session.send("2+4?", edit_at=0))
+    assert [t.user for t in conversation.turns] == ["2+4?"] and conversation.siblings(0) == (2, 3)
+    assert window.chat_view.answer_pane.text() == "edited"
+    assert store.switch_branch(0, -3) is False and store.switch_branch(0, -1)
+    window.close()
+    [loaded] = HistoryStore().conversations()
+    assert [t.answer for t in loaded.tree] == ["first", "second", "edited"] and loaded.turns[0].answer == "second"
