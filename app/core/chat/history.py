@@ -21,6 +21,7 @@ from typing import Any
 from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.conversation import Conversation, ToolRound, Turn
 from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
+from app.core.chat.history_search import SearchHit, search
 from app.core.settings import paths
 from app.core.settings.paths import DataUnavailable
 
@@ -135,6 +136,10 @@ class HistoryStore:
             if shown := turns.get(leaves[conversation.id]) or (conversation.tree[-1] if conversation.tree else None):
                 conversation.show(shown)
         return list(found.values())
+
+    def search(self, query: str, *, thinking: bool = False, limit: int = 50) -> list[SearchHit]:
+        """Titles, questions and answers (and thinking, if asked) matching every word of ``query``."""
+        return search(self._db, query, thinking=thinking, limit=limit)
 
     def set_leaf(self, conversation: Conversation) -> None:
         """The branch shown changed: the conversation opens on it next time."""

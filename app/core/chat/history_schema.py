@@ -2,7 +2,8 @@
 
 Schema 7 stores each conversation as a tree of turns: a turn (a question and its reply) has a parent
 turn, siblings are other tries of the same point (an edited question, a regenerated reply), and the
-conversation remembers the leaf it shows. ``position`` is a turn's depth on its branch.
+conversation remembers the leaf it shows. ``position`` is a turn's depth on its branch. Schema 8 adds
+the full-text index (history_search).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-SCHEMA_VERSION = 7
+from app.core.chat.history_search import add_search_index
+
+SCHEMA_VERSION = 8
 
 CONVERSATIONS = """
 CREATE TABLE conversations (
@@ -81,6 +84,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], object]] = {
     4: _sql("ALTER TABLE messages ADD COLUMN tool_rounds TEXT NOT NULL DEFAULT '[]'"),  # JSON: ToolRound.to_json
     5: _sql("ALTER TABLE conversations ADD COLUMN tools INTEGER NOT NULL DEFAULT 0"),
     6: _to_tree,
+    7: add_search_index,  # schema 8: full-text search, built from what is stored
 }
 
 
@@ -98,6 +102,7 @@ def create_or_migrate(db: sqlite3.Connection) -> None:
         if fresh:
             for statement in (CONVERSATIONS, MESSAGES.format(name="messages"), *INDEXES):
                 db.execute(statement)
+            add_search_index(db)
         else:
             version = max(1, version)
             while version < SCHEMA_VERSION:
