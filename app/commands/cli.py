@@ -80,6 +80,17 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     download.add_argument("--revision", default="main", help="branch, tag or commit")
     download.add_argument("--use", action="store_true", help="make it Nalar's model once downloaded")
+    history = sub.add_parser("history", help="search or export the conversation history from a terminal")
+    history_sub = history.add_subparsers(dest="history_command", required=True)
+    search = history_sub.add_parser("search", help="full-text search (bm25 order, matches in [brackets])")
+    search.add_argument("query", help="words that must all appear (the last may be the start of a word)")
+    search.add_argument("--json", action="store_true", help="print results as JSON")
+    search.add_argument("--thinking", action="store_true", help="search the thinking traces too")
+    search.add_argument("--limit", type=int, default=50, help="most results (default 50)")
+    export = history_sub.add_parser("export", help="print a conversation (the newest, or ID) as Markdown or JSON")
+    export.add_argument("id", nargs="?", help="a conversation id or its start (default: the newest)")
+    export.add_argument("--all", action="store_true", help="every conversation")
+    export.add_argument("--format", choices=["md", "json"], default="md", help="md (default) or json")
     for name, text in (("kv-check", "how much an FP8 KV cache changes this model's next-token choices"),
                        ("calibrate", "compute per-layer FP8 KV scales and write a calibrated model folder")):
         job = sub.add_parser(name, help=text)
@@ -131,6 +142,12 @@ def run_command(args: argparse.Namespace) -> int:
 
         return run_doctor(args.json)
     configure_logging()
+    if args.command == "history":
+        from app.commands.history.history_cli import run_export, run_search
+
+        if args.history_command == "search":
+            return run_search(args.query, as_json=args.json, thinking=args.thinking, limit=args.limit)
+        return run_export(args.id, everything=args.all, kind=args.format)
     if args.command in ("kv-check", "calibrate"):
         from app.commands.kv_check import run_calibrate, run_kv_check
 

@@ -50,8 +50,12 @@ def history_path() -> Path:
 class HistoryStore:
     """One SQLite file. Used from the GUI thread; each call is one short transaction."""
 
-    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S,
+                 owner: bool = True) -> None:
+        """``owner``: the window's store, which marks replies a dead Nalar left streaming as interrupted. A
+        terminal command is no owner: a reply still streaming may belong to the window running now."""
         self.path = path or history_path()
+        self.owner = owner
         paths.private_dir(self.path.parent)
         self.busy_timeout_s = busy_timeout_s
         self.notice: str | None = None
@@ -92,7 +96,7 @@ class HistoryStore:
             if check != "ok":
                 raise _FailedCheck(f"integrity check failed: {check}")
             create_or_migrate(db)
-            self.interrupted = _mark_interrupted(db)  # the first write: a locked file is refused here
+            self.interrupted = _mark_interrupted(db) if self.owner else 0  # a locked file is refused here
         except BaseException:
             db.close()
             raise
