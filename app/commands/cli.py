@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("id", nargs="?", help="a conversation id or its start (default: the newest)")
     export.add_argument("--all", action="store_true", help="every conversation")
     export.add_argument("--format", choices=["md", "json"], default="md", help="md (default) or json")
+    imports = history_sub.add_parser("import", help="add conversations from a Nalar JSON export or a message list")
+    imports.add_argument("file", help="a .json file: `nalar history export --format json` output, or "
+                                      "[{\"role\": …, \"content\": …}, …]")
     for name, text in (("kv-check", "how much an FP8 KV cache changes this model's next-token choices"),
                        ("calibrate", "compute per-layer FP8 KV scales and write a calibrated model folder")):
         job = sub.add_parser(name, help=text)
@@ -143,8 +146,10 @@ def run_command(args: argparse.Namespace) -> int:
         return run_doctor(args.json)
     configure_logging()
     if args.command == "history":
-        from app.commands.history.history_cli import run_export, run_search
+        from app.commands.history.history_cli import run_export, run_import, run_search
 
+        if args.history_command == "import":
+            return run_import(args.file)
         if args.history_command == "search":
             return run_search(args.query, as_json=args.json, thinking=args.thinking, limit=args.limit)
         return run_export(args.id, everything=args.all, kind=args.format)

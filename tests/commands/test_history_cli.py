@@ -75,3 +75,21 @@ def test_a_newer_history_is_refused_with_the_reason() -> None:
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     refused = nalar("search", "kettle")
     assert refused.returncode == 1 and "newer Nalar" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_import_adds_chats_and_a_bad_file_changes_nothing(tmp_path: Path) -> None:
+    """Bugs caught: `nalar history import` missing; a bad file stored in part or answered with a traceback."""
+    saved()
+    good = tmp_path / "messages.json"
+    good.write_text(json.dumps([{"role": "user", "content": "imported question"},
+                                {"role": "assistant", "content": "imported answer"}]))
+    done = nalar("import", str(good))
+    assert done.returncode == 0 and "imported question" in done.stdout
+    assert json.loads(nalar("search", "imported", "--json").stdout)[0]["title"] == "imported question"
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"role": "user", "content": "x"}, {"role": "robot"}]')
+    refused = nalar("import", str(bad))
+    assert refused.returncode == 1 and "'robot'" in refused.stderr and "Nothing was imported" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    with sqlite3.connect(history_path()) as db:
+        assert db.execute("SELECT count(*) FROM conversations").fetchone()[0] == 3

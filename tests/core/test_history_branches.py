@@ -164,7 +164,7 @@ def test_fork_copies_the_branch_with_every_field_into_a_new_chat() -> None:
     answered(source, store, source.branch_at(2, "sibling"), "not forked")
     source.switch_branch(2, -1)
     fork = source.fork(1)
-    store.add_conversation(fork)
+    store.add_conversations([fork])
     fork.turns[1].tool_rounds[0].calls[0].result = "changed in the fork only"
     [_, loaded_fork] = HistoryStore().conversations()
     assert loaded_fork.title == "tree (fork)" and [t.user for t in loaded_fork.tree] == ["q0", "q1"]

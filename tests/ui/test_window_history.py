@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from app.core.chat.conversation import Conversation, Turn
-from app.core.chat.history import HistoryStore
+from app.core.chat.history import HistoryStore, export_json
 from app.engine.scripted import Script, ScriptedEngineDouble
 
 
@@ -100,3 +100,24 @@ def test_regenerate_keeps_both_replies_and_an_edit_branches(qtbot, make_window) 
     window.close()
     [loaded] = HistoryStore().conversations()
     assert [t.answer for t in loaded.tree] == ["first", "second", "edited"] and loaded.turns[0].answer == "second"
+
+
+def test_import_action_lists_and_shows_the_chat_and_a_bad_file_is_named(qtbot, make_window, tmp_path) -> None:
+    """Through the File menu's action (declared in actions.py). Bugs caught: an import not listed until a
+    restart; the imported branch not the one shown; a bad file's problem not shown, or a chat added anyway."""
+    from app.ui.actions import BY_ID
+
+    assert BY_ID["import_conversations"].menu == "File"
+    window = make_window(ScriptedEngineDouble(), start=False)
+    source = Conversation(title="From elsewhere", turns=[Turn(user="q1", answer="a1", finish_reason="stop")])
+    source.branch_at(0, "q1 edited").answer = "a1 edited"
+    good = tmp_path / "chat.json"
+    good.write_text(export_json(source), encoding="utf-8")
+    [imported] = window.menus.import_conversations(str(good))
+    assert window.session.conversation is imported and window.chat_view.answer_pane.text() == "a1 edited"
+    assert imported.siblings(0) == (1, 2) and window.conversation_list.count() == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"messages": "no"}')
+    assert window.menus.import_conversations(str(bad)) == []
+    assert window.banner.isVisible() and 'no "messages" list' in window.banner.text()
+    assert window.conversation_list.count() == 2 and len(HistoryStore().conversations()) == 2

@@ -1,4 +1,5 @@
-"""`nalar history search QUERY [--json] [--thinking]` and `nalar history export [ID] [--all] [--format md|json]`.
+"""`nalar history search QUERY [--json] [--thinking]`, `nalar history export [ID] [--all] [--format md|json]`
+and `nalar history import FILE`.
 
 The same HistoryStore and search code as the window, opened as no owner (a reply streaming in a running
 window is left as it is). Text goes out as it is stored; nothing in it is run or interpreted.
@@ -9,9 +10,11 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from app.core.chat.conversation import Conversation
 from app.core.chat.history import HistoryStore, export_json, export_markdown
+from app.core.chat.history_import import ImportProblem, read_import
 from app.core.settings.paths import DataUnavailable
 
 
@@ -71,3 +74,23 @@ def _chosen(conversations: list[Conversation], conversation_id: str | None,
         return conversations[-1:]
     found = [c for c in conversations if c.id.startswith(conversation_id)]
     return found[:1] if len(found) == 1 else None
+
+
+def run_import(file: str) -> int:
+    """Read and check the whole file first: a bad one is named and nothing is stored."""
+    try:
+        imported = read_import(Path(file))
+    except ImportProblem as problem:
+        print(f"{problem}\nNothing was imported.", file=sys.stderr)
+        return 1
+    if (store := _open()) is None:
+        return 1
+    try:
+        store.add_conversations(imported.conversations)
+    finally:
+        store.close()
+    for note in imported.notes:
+        print(note, file=sys.stderr)
+    for conversation in imported.conversations:
+        print(f"imported {conversation.id[:8]}  {conversation.title}  ({len(conversation.tree)} turns)")
+    return 0

@@ -159,26 +159,27 @@ class HistoryStore:
                 self._db.execute("DELETE FROM messages WHERE id = ?", (root.message_id,))
         self.set_leaf(conversation)
 
-    def add_conversation(self, conversation: Conversation) -> None:
-        """A whole conversation (a fork, an import): every turn of its tree with every field, in one
-        transaction, so a failure stores none of it."""
+    def add_conversations(self, conversations: list[Conversation]) -> None:
+        """Whole conversations (a fork, an import): every turn of each tree with every field, in one
+        transaction, so a failure stores none of them."""
         now = time.time()
         with self._db:
             self._db.execute("BEGIN")
-            self._upsert(conversation, now)
-            for turn in conversation.tree:
-                turn.message_id = self._db.execute(
-                    "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, "
-                    "answer_text, model, kv_cache_dtype, thinking_tokens, answer_tokens, ttft_s, tok_s, "
-                    "finish_reason, backend, loop_guard, tool_rounds, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (conversation.id, turn.parent.message_id if turn.parent else None, _depth(turn), turn.user,
-                     turn.thinking, turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens,
-                     turn.answer_tokens, turn.ttft_s, turn.answer_tok_s, turn.finish_reason or "stop", turn.backend,
-                     turn.loop_guard, _rounds_json(turn), now, now)).lastrowid
-            leaf = conversation.leaf
-            self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
-                             (leaf.message_id if leaf else None, conversation.id))
+            for conversation in conversations:
+                self._upsert(conversation, now)
+                for turn in conversation.tree:
+                    turn.message_id = self._db.execute(
+                        "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, "
+                        "answer_text, model, kv_cache_dtype, thinking_tokens, answer_tokens, ttft_s, tok_s, "
+                        "finish_reason, backend, loop_guard, tool_rounds, created_at, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (conversation.id, turn.parent.message_id if turn.parent else None, _depth(turn), turn.user,
+                         turn.thinking, turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens,
+                         turn.answer_tokens, turn.ttft_s, turn.answer_tok_s, turn.finish_reason or "stop",
+                         turn.backend, turn.loop_guard, _rounds_json(turn), now, now)).lastrowid
+                leaf = conversation.leaf
+                self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
+                                 (leaf.message_id if leaf else None, conversation.id))
 
     # ---- replies -------------------------------------------------------------------------------
 
@@ -293,12 +294,21 @@ def export_markdown(conversation: Conversation) -> str:
 
 
 def export_json(conversation: Conversation) -> str:
+    """The shown branch as ``messages``; every branch as ``tree`` (each turn with its parent's index in it)
+    and ``shown`` (the leaf's index), so an import brings the branches back."""
+    place = {id(turn): n for n, turn in enumerate(conversation.tree)}
+    leaf = conversation.leaf
     return json.dumps({
-        "id": conversation.id, "title": conversation.title, "tools": conversation.tools,
-        "messages": [{"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
-                      "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend,
-                      "loop_guard": t.loop_guard,
-                      "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
-                      "thinking_tokens": t.thinking_tokens,
-                      "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s, "tok_s": t.answer_tok_s}
-                     for t in conversation.turns]}, indent=2, ensure_ascii=False)
+        "format": "nalar-conversation", "version": 1, "id": conversation.id, "title": conversation.title,
+        "thinking": conversation.thinking, "tools": conversation.tools,
+        "messages": [_turn_json(t) for t in conversation.turns],
+        "tree": [_turn_json(t) | {"parent": place.get(id(t.parent))} for t in conversation.tree],
+        "shown": place.get(id(leaf)) if leaf else None}, indent=2, ensure_ascii=False)
+
+
+def _turn_json(t: Turn) -> dict[str, Any]:
+    return {"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
+            "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend, "loop_guard": t.loop_guard,
+            "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
+            "thinking_tokens": t.thinking_tokens, "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s,
+            "tok_s": t.answer_tok_s}

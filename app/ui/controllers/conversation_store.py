@@ -7,11 +7,13 @@ and saves a reply's turn as it starts, streams, calls tools and ends (through ``
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
+from app.core.chat.history_import import read_import
 from app.engine.events import Finished
 from app.ui.controllers.conversation_model import ConversationListModel
 
@@ -110,8 +112,21 @@ class ConversationStore(QObject):
         if self._busy() or not 0 <= index < len(self.conversation.turns):
             return
         forked = self.conversation.fork(index)
-        self.history.add_conversation(forked)
+        self.history.add_conversations([forked])
         self.select(self.model.append(forked))
+
+    def import_file(self, path: Path) -> list[Conversation]:
+        """Conversations from a file (Nalar's JSON export, or a message list), stored and listed, the last one
+        shown. A bad file raises ImportProblem before anything is stored."""
+        imported = read_import(path)
+        self.history.add_conversations(imported.conversations)
+        for conversation in imported.conversations:
+            row = self.model.append(conversation)
+        if not self._busy():
+            self.select(row)
+        for note in imported.notes:
+            self.notice.emit(note)
+        return imported.conversations
 
     # ---- the turn being answered ---------------------------------------------------------------
 
