@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "saturation: how many chats of what length fit; engine|ui|startup|trim|all: the developer "
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
-                       choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "all"],
+                       choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "history", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
                             "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; "
@@ -183,6 +183,10 @@ def run_command(args: argparse.Namespace) -> int:
             kv_pool_mib=args.kv_pool_mib, target_ms=args.target_ms, target_x=args.target_x,
             kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json, progress_jsonl=args.progress_jsonl,
             model=args.model, max_model_len=args.max_model_len, keep_series=args.keep_series)
+    if args.command == "bench" and args.what == "history":
+        from app.commands.history.history_bench import run_history_bench
+
+        return run_history_bench(as_json=args.json)
     if args.command == "bench" and args.what == "maths":
         from app.commands.bench_maths import run_maths_bench
 

@@ -122,17 +122,20 @@ class HistoryStore:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
-    def conversations(self) -> list[Conversation]:
-        """All conversations, oldest first, each with its whole tree, showing the leaf it showed last."""
+    def conversations(self, ids: list[str] | None = None) -> list[Conversation]:
+        """All conversations (or those of ``ids``), oldest first, each with its whole tree, showing the leaf it
+        showed last."""
         found: dict[str, Conversation] = {}
         leaves: dict[str, int | None] = {}
-        for row in self._db.execute("SELECT id, title, thinking, tools, leaf_id FROM conversations "
-                                    "ORDER BY created_at, rowid"):
+        only = f"WHERE id IN ({', '.join('?' * len(ids))})" if ids is not None else ""
+        for row in self._db.execute(f"SELECT id, title, thinking, tools, leaf_id FROM conversations {only} "
+                                    "ORDER BY created_at, rowid", ids or ()):
             found[row["id"]] = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]),
                                             tools=bool(row["tools"]))
             leaves[row["id"]] = row["leaf_id"]
         turns: dict[int | None, Turn] = {}
-        for message in self._db.execute("SELECT * FROM messages ORDER BY conversation_id, id"):
+        only = f"WHERE conversation_id IN ({', '.join('?' * len(ids))})" if ids is not None else ""
+        for message in self._db.execute(f"SELECT * FROM messages {only} ORDER BY conversation_id, id", ids or ()):
             turn = _turn_from(message, turns.get(message["parent_id"]))
             turns[turn.message_id] = turn
             found[message["conversation_id"]].tree.append(turn)
