@@ -235,7 +235,7 @@ def bench_ui_thread(answer_words: int = 500) -> dict[str, Any]:
                                                 finish_reason="stop") for n in range(turns)])
         view.start_reply(conversation)  # the conversation as shown before the send
         app.processEvents()
-        conversation.turns.append(Turn("the next question"))
+        conversation.add_turn(Turn("the next question"))
         started = time.perf_counter()
         view.start_reply(conversation)
         result[f"send after {turns} turns: ms"] = round((time.perf_counter() - started) * 1000, 1)

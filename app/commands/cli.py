@@ -45,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "saturation: how many chats of what length fit; engine|ui|startup|trim|all: the developer "
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
-                       choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "all"],
+                       choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "history",
+                                "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
                             "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; spec: "
@@ -84,6 +85,20 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     download.add_argument("--revision", default="main", help="branch, tag or commit")
     download.add_argument("--use", action="store_true", help="make it Nalar's model once downloaded")
+    history = sub.add_parser("history", help="search or export the conversation history from a terminal")
+    history_sub = history.add_subparsers(dest="history_command", required=True)
+    search = history_sub.add_parser("search", help="full-text search (bm25 order, matches in [brackets])")
+    search.add_argument("query", help="words that must all appear (the last may be the start of a word)")
+    search.add_argument("--json", action="store_true", help="print results as JSON")
+    search.add_argument("--thinking", action="store_true", help="search the thinking traces too")
+    search.add_argument("--limit", type=int, default=50, help="most results (default 50)")
+    export = history_sub.add_parser("export", help="print a conversation (the newest, or ID) as Markdown or JSON")
+    export.add_argument("id", nargs="?", help="a conversation id or its start (default: the newest)")
+    export.add_argument("--all", action="store_true", help="every conversation")
+    export.add_argument("--format", choices=["md", "json"], default="md", help="md (default) or json")
+    imports = history_sub.add_parser("import", help="add conversations from a Nalar JSON export or a message list")
+    imports.add_argument("file", help="a .json file: `nalar history export --format json` output, or "
+                                      "[{\"role\": …, \"content\": …}, …]")
     for name, text in (("kv-check", "how much an FP8 KV cache changes this model's next-token choices"),
                        ("calibrate", "compute per-layer FP8 KV scales and write a calibrated model folder")):
         job = sub.add_parser(name, help=text)
@@ -135,6 +150,14 @@ def run_command(args: argparse.Namespace) -> int:
 
         return run_doctor(args.json)
     configure_logging()
+    if args.command == "history":
+        from app.commands.history.history_cli import run_export, run_import, run_search
+
+        if args.history_command == "import":
+            return run_import(args.file)
+        if args.history_command == "search":
+            return run_search(args.query, as_json=args.json, thinking=args.thinking, limit=args.limit)
+        return run_export(args.id, everything=args.all, kind=args.format)
     if args.command in ("kv-check", "calibrate"):
         from app.commands.kv_check import run_calibrate, run_kv_check
 
@@ -165,6 +188,10 @@ def run_command(args: argparse.Namespace) -> int:
             kv_pool_mib=args.kv_pool_mib, target_ms=args.target_ms, target_x=args.target_x,
             kv_dtypes=args.kv_dtypes or DEFAULT_KV_DTYPES, as_json=args.json, progress_jsonl=args.progress_jsonl,
             model=args.model, max_model_len=args.max_model_len, keep_series=args.keep_series)
+    if args.command == "bench" and args.what == "history":
+        from app.commands.history.history_bench import run_history_bench
+
+        return run_history_bench(as_json=args.json)
     if args.command == "bench" and args.what == "maths":
         from app.commands.bench_maths import run_maths_bench
 

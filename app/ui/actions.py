@@ -53,6 +53,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("export_markdown", "Export conversation as &Markdown…", "File",
            lambda w: w.menus.export_conversation("md")),
     Action("export_json", "Export conversation as &JSON…", "File", lambda w: w.menus.export_conversation("json")),
+    Action("import_conversations", "&Import conversations…", "File", lambda w: w.menus.import_conversations()),
     # Quit's standard key is empty under some platform themes (Qt's offscreen one among them).
     Action("quit", "&Quit", "File", lambda w: w.close(), QKeySequence.StandardKey.Quit, fallback="Ctrl+Q"),
     Action("send", "&Send", "Chat", lambda w: w.send(), "Ctrl+Return"),

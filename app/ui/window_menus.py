@@ -13,7 +13,9 @@ from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices
 from PySide6.QtWidgets import QFileDialog
 
+from app.core.chat.conversation import Conversation
 from app.core.chat.history import export_json, export_markdown
+from app.core.chat.history_import import ImportProblem
 from app.core.settings import paths
 from app.ui.actions import ACTIONS, BY_ID, MENUS, Action, shortcut_rows
 from app.ui.chat.gauges import GaugeBar
@@ -124,6 +126,22 @@ class WindowMenus(QObject):
                           encoding="utf-8")
         self.window.statusBar().showMessage(f"Exported to {target}", 5000)
         return target
+
+    def import_conversations(self, path: str | None = None) -> list[Conversation]:
+        """File → Import: a Nalar JSON export or a message list; a bad file is named, and nothing is stored."""
+        if path is None:
+            path, _ = QFileDialog.getOpenFileName(self.window, "Import conversations", str(Path.home()),
+                                                  "JSON (*.json)")
+            if not path:
+                return []
+        try:
+            imported = self.session.store.import_file(Path(path))
+        except ImportProblem as problem:
+            self.window.banner.show_problem(f"Import failed: {problem}", "Nothing was imported; the history is as it "
+                                            "was. Fix the file, or choose another.")
+            return []
+        self.window.statusBar().showMessage(f"Imported {len(imported)} conversation(s) from {path}", 5000)
+        return imported
 
     def open_log_folder(self) -> None:
         folder = paths.log_dir()

@@ -51,16 +51,22 @@ def test_a_reply_cut_off_by_a_crash_is_kept_and_marked_interrupted() -> None:
     assert HistoryStore().interrupted == 0, "marked once"
 
 
-def test_regenerate_resets_the_same_row() -> None:
+def test_regenerate_keeps_the_old_reply_as_a_sibling_and_continue_resets_its_own_row() -> None:
+    """Bugs caught: Regenerate overwriting the old reply's row (issue 34: both replies stay); a reply that goes
+    on (Continue anyway keeps its ``message_id``) inserting a second row instead of resetting its own."""
     store = HistoryStore()
     conversation, turn = conversation_with_turn(store)
     turn.answer, turn.finish_reason = "first", "stop"
     store.finish_turn(turn)
     first_id = turn.message_id
-    conversation.turns[-1] = Turn(user=turn.user)
-    store.start_turn(conversation, conversation.turns[-1])
-    assert conversation.turns[-1].message_id == first_id
-    assert store.message_row(first_id)["answer_text"] == "" and store.message_row(first_id)["finish_reason"] is None
+    again = conversation.branch_at(0)
+    store.start_turn(conversation, again)
+    assert again.message_id != first_id and store.message_row(first_id)["answer_text"] == "first"
+    assert store.message_row(again.message_id)["finish_reason"] is None
+    store.save_partial(again, "", "kept so far")
+    store.start_turn(conversation, again)  # the same reply going on
+    assert store.message_row(again.message_id)["answer_text"] == ""
+    assert len(store.conversations()[0].tree) == 2
 
 
 def test_delete_cascades_to_messages() -> None:
@@ -150,14 +156,15 @@ def test_exports_keep_calls_and_results() -> None:
 
 def test_a_schema_4_history_gains_the_tool_columns() -> None:
     """Bug caught: a history file from before tools failing to open (it would be moved aside as corrupt)."""
-    store = HistoryStore()
-    conversation, turn = conversation_with_turn(store)
-    store.close()
-    db = sqlite3.connect(store.path)
+    from tests.support.history_v6 import write_schema_6
+
+    write_schema_6(history_path())  # the schema-6 release's file, less what schemas 5 and 6 added
+    db = sqlite3.connect(history_path())
     db.executescript("ALTER TABLE messages DROP COLUMN tool_rounds; ALTER TABLE conversations DROP COLUMN tools; "
                      "PRAGMA user_version = 4;")
     db.close()
     reopened = HistoryStore()
     assert reopened.notice is None
-    [loaded] = reopened.conversations()
-    assert loaded.tools is False and loaded.turns[0].tool_rounds == []
+    loaded = reopened.conversations()
+    assert [c.tools for c in loaded] == [False] * 3 and loaded[0].turns[1].tool_rounds == []
+    assert [t.user for t in loaded[0].turns] == ["Pourquoi le ciel est-il bleu? 🌍", "Et 2+40?", "Répète"]

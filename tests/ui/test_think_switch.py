@@ -7,7 +7,6 @@ import json
 
 import httpx
 
-from app.core.chat.conversation import Conversation
 from app.core.chat.history import HistoryStore
 from app.core.models.model_families import model_family
 from app.core.settings.keystore import new_token
@@ -51,15 +50,16 @@ def test_always_thinking_models_show_the_switch_on_and_locked(qtbot, make_window
 def test_an_old_history_file_gains_the_switch_on() -> None:
     import sqlite3
 
-    store = HistoryStore()
-    store.save_conversation(Conversation(title="before"))
-    store.close()
-    db = sqlite3.connect(store.path)  # back to schema 2: no thinking column (nor the loop guard's, schema 4,
+    from app.core.chat.history import history_path
+    from tests.support.history_v6 import CONVERSATIONS, write_schema_6
+
+    write_schema_6(history_path())
+    db = sqlite3.connect(history_path())  # back to schema 2: no thinking column (nor the loop guard's, schema 4,
     db.executescript("ALTER TABLE conversations DROP COLUMN thinking; ALTER TABLE messages DROP COLUMN loop_guard; "
                      "ALTER TABLE messages DROP COLUMN tool_rounds; ALTER TABLE conversations DROP COLUMN tools; "
                      "PRAGMA user_version = 2;")  # nor the tool calls', schemas 5 and 6)
     db.close()
-    assert [c.thinking for c in HistoryStore().conversations()] == [True]
+    assert [c.thinking for c in HistoryStore().conversations()] == [True] * len(CONVERSATIONS)
 
 
 def test_the_api_server_takes_enable_thinking_per_request() -> None:

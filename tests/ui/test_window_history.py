@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from app.core.chat.conversation import Conversation, Turn
-from app.core.chat.history import HistoryStore
+from app.core.chat.history import HistoryStore, export_json
 from app.engine.scripted import Script, ScriptedEngineDouble
 
 
@@ -73,3 +74,50 @@ def test_a_corrupted_history_file_is_reported(qtbot, make_window) -> None:
     history_path().write_bytes(b"garbage" * 500)
     window = make_window(ScriptedEngineDouble(), start=False)
     assert window.banner.isVisible() and "history.sqlite3.corrupt-" in window.banner.text()
+
+
+def test_regenerate_keeps_both_replies_and_an_edit_branches(qtbot, make_window) -> None:
+    """On a real SQLite file, through the window. Bugs caught: Regenerate overwriting the old reply (issue 34:
+    it becomes a sibling); an edit sending the old question, or the model reading the other branch's turns;
+    switching back not showing the old reply in the panes; the shown branch not kept across a restart."""
+    window = make_window(ScriptedEngineDouble([Script(["<think>t1</think>first"]), Script(["<think>t2</think>second"]),
+                                               Script(["<think>t3</think>edited"])]))
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        window.send("2+3?")
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        window.controls.regenerate_button.click()
+    conversation = window.session.conversation
+    assert [t.answer for t in conversation.tree] == ["first", "second"] and conversation.siblings(0) == (1, 2)
+    assert window.chat_view.answer_pane.text() == "second"
+    store = window.session.store
+    assert store.switch_branch(0, -1) and window.chat_view.answer_pane.text() == "first"
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        asyncio.ensure_future(window.session.send("2+4?", edit_at=0))
+    assert [t.user for t in conversation.turns] == ["2+4?"] and conversation.siblings(0) == (2, 3)
+    assert window.chat_view.answer_pane.text() == "edited"
+    assert store.switch_branch(0, -3) is False and store.switch_branch(0, -1)
+    window.close()
+    [loaded] = HistoryStore().conversations()
+    assert [t.answer for t in loaded.tree] == ["first", "second", "edited"] and loaded.turns[0].answer == "second"
+
+
+def test_import_action_lists_and_shows_the_chat_and_a_bad_file_is_named(qtbot, make_window, tmp_path) -> None:
+    """Through the File menu's action (declared in actions.py). Bugs caught: an import not listed until a
+    restart; the imported branch not the one shown; a bad file's problem not shown, or a chat added anyway."""
+    from app.ui.actions import BY_ID
+
+    assert BY_ID["import_conversations"].menu == "File"
+    window = make_window(ScriptedEngineDouble(), start=False)
+    source = Conversation(title="From elsewhere", turns=[Turn(user="q1", answer="a1", finish_reason="stop")])
+    source.branch_at(0, "q1 edited").answer = "a1 edited"
+    good = tmp_path / "chat.json"
+    good.write_text(export_json(source), encoding="utf-8")
+    [imported] = window.menus.import_conversations(str(good))
+    assert window.session.conversation is imported and window.chat_view.answer_pane.text() == "a1 edited"
+    assert imported.siblings(0) == (1, 2) and window.conversation_list.count() == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"messages": "no"}')
+    assert window.menus.import_conversations(str(bad)) == []
+    assert window.banner.isVisible() and 'no "messages" list' in window.banner.text()
+    assert window.conversation_list.count() == 2 and len(HistoryStore().conversations()) == 2

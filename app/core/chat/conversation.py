@@ -1,9 +1,15 @@
-"""Conversations as plain data: turns of user text, thinking, tool calls and answer."""
+"""Conversations as plain data: turns of user text, thinking, tool calls and answer, kept as a tree.
+
+A turn's ``parent`` is the turn it follows; turns with the same parent are siblings (an edited question,
+a regenerated reply). ``Conversation.turns`` is the branch shown, from the first turn to the shown leaf:
+what the window draws and what the model reads. ``Conversation.tree`` holds every turn of every branch.
+"""
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field
+from copy import deepcopy
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # A chat message in OpenAI's shape: {"role", "content"}; an assistant's may also carry "tool_calls"
@@ -74,6 +80,11 @@ class Turn:
     backend: str = ""  # which backend answered: "local" or a remote profile's name
     loop_guard: str = ""  # what the loop guard found and did, one line per loop (LoopDetected.summary)
     tool_rounds: list[ToolRound] = field(default_factory=list)  # the calls before ``thinking`` and ``answer``
+    parent: Turn | None = field(default=None, repr=False, compare=False)  # None: a first question
+
+    def copy(self, parent: Turn | None) -> Turn:
+        """The same turn, every field, as a new row (no ``message_id``) under ``parent``."""
+        return replace(self, message_id=None, parent=parent, tool_rounds=deepcopy(self.tool_rounds))
 
 
 @dataclass
@@ -83,6 +94,90 @@ class Conversation:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     thinking: bool = True  # the chat's Think switch
     tools: bool = False  # the chat's Tools switch
+    tree: list[Turn] = field(default_factory=list, repr=False)  # every turn, in the order they were made
+
+    def __post_init__(self) -> None:
+        """Turns given without a tree are one branch, each following the one before."""
+        for before, turn in zip([None, *self.turns], self.turns, strict=False):
+            if turn.parent is None:
+                turn.parent = before
+        if not self.tree:
+            self.tree = list(self.turns)
+
+    @property
+    def leaf(self) -> Turn | None:
+        return self.turns[-1] if self.turns else None
+
+    def add_turn(self, turn: Turn) -> Turn:
+        """A new question after the shown leaf; it becomes the leaf."""
+        turn.parent = self.leaf
+        self.tree.append(turn)
+        self.turns.append(turn)
+        return turn
+
+    def children(self, parent: Turn | None) -> list[Turn]:
+        return [turn for turn in self.tree if turn.parent is parent]
+
+    def siblings(self, index: int) -> tuple[int, int]:
+        """Where the shown turn at ``index`` stands among the tries of that point: (0-based place, count)."""
+        turn = self.turns[index]
+        tries = self.children(turn.parent)
+        return tries.index(turn), len(tries)
+
+    def show(self, turn: Turn) -> None:
+        """Show the branch through ``turn``, down to its newest leaf."""
+        while children := self.children(turn):
+            turn = children[-1]
+        path = []
+        node: Turn | None = turn
+        while node is not None:
+            path.append(node)
+            node = node.parent
+        self.turns[:] = path[::-1]
+
+    def switch_branch(self, index: int, step: int) -> bool:
+        """Show the previous (-1) or next (+1) sibling of the turn at ``index``; False at either end."""
+        place, count = self.siblings(index)
+        if not 0 <= place + step < count:
+            return False
+        self.show(self.children(self.turns[index].parent)[place + step])
+        return True
+
+    def branch_at(self, index: int, user: str | None = None) -> Turn:
+        """A new sibling of the turn at ``index``: its question edited (``user``) or asked again (Regenerate).
+        The old branch stays; the new turn becomes the shown leaf, waiting for its reply."""
+        old = self.turns[index]
+        turn = Turn(user=old.user if user is None else user, parent=old.parent)
+        self.tree.append(turn)
+        self.turns[index:] = [turn]
+        return turn
+
+    def fork(self, index: int) -> Conversation:
+        """"New chat from here": the shown branch up to the turn at ``index``, copied into a new conversation."""
+        forked = Conversation(title=f"{self.title} (fork)", thinking=self.thinking, tools=self.tools)
+        for turn in self.turns[:index + 1]:
+            forked.add_turn(turn.copy(forked.leaf))
+        return forked
+
+    def delete_branch(self, index: int) -> list[Turn]:
+        """Delete the turn at ``index`` and everything after it on every branch below it; the nearest sibling
+        (else the parent) is shown. Returns the turns deleted, the first one their root."""
+        root = self.turns[index]
+        place, _count = self.siblings(index)
+        gone, gone_ids = [root], {id(root)}
+        for turn in self.tree:  # parents come before their children in ``tree``
+            if id(turn.parent) in gone_ids and turn is not root:
+                gone.append(turn)
+                gone_ids.add(id(turn))
+        self.tree = [turn for turn in self.tree if id(turn) not in gone_ids]
+        tries = self.children(root.parent)
+        if tries:
+            self.show(tries[max(0, place - 1)])
+        elif root.parent is not None:
+            self.show(root.parent)
+        else:
+            self.turns.clear()
+        return gone
 
     def messages(self) -> list[Message]:
         """The chat so far for the model: earlier answers without their thinking, then the last user turn

@@ -20,53 +20,14 @@ from typing import Any
 
 from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.conversation import Conversation, ToolRound, Turn
+from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
+from app.core.chat.history_search import SearchHit, search
 from app.core.settings import paths
 from app.core.settings.paths import DataUnavailable
 
 log = logging.getLogger(__name__)
 
 HISTORY_FILE = "history.sqlite3"
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS conversations (
-    id TEXT PRIMARY KEY,
-    title TEXT NOT NULL,
-    thinking INTEGER NOT NULL DEFAULT 1,
-    tools INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    position INTEGER NOT NULL,
-    user_text TEXT NOT NULL,
-    thinking_text TEXT NOT NULL DEFAULT '',
-    answer_text TEXT NOT NULL DEFAULT '',
-    model TEXT NOT NULL DEFAULT '',
-    kv_cache_dtype TEXT NOT NULL DEFAULT '',
-    thinking_tokens INTEGER NOT NULL DEFAULT 0,
-    answer_tokens INTEGER NOT NULL DEFAULT 0,
-    ttft_s REAL,
-    tok_s REAL NOT NULL DEFAULT 0,
-    finish_reason TEXT,
-    backend TEXT NOT NULL DEFAULT '',
-    loop_guard TEXT NOT NULL DEFAULT '',
-    tool_rounds TEXT NOT NULL DEFAULT '[]',
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    UNIQUE (conversation_id, position)
-);
-"""
-SCHEMA_VERSION = 6
-# Each step brings a database of version N (the key) to N + 1.
-MIGRATIONS = {
-    1: "ALTER TABLE messages ADD COLUMN backend TEXT NOT NULL DEFAULT ''",
-    2: "ALTER TABLE conversations ADD COLUMN thinking INTEGER NOT NULL DEFAULT 1",
-    3: "ALTER TABLE messages ADD COLUMN loop_guard TEXT NOT NULL DEFAULT ''",
-    4: "ALTER TABLE messages ADD COLUMN tool_rounds TEXT NOT NULL DEFAULT '[]'",  # JSON: ToolRound.to_json
-    5: "ALTER TABLE conversations ADD COLUMN tools INTEGER NOT NULL DEFAULT 0",
-}
-
 
 BUSY_TIMEOUT_S = 10.0  # how long a locked file is waited for (SQLite retries) before it is reported
 CORRUPT_CODES = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
@@ -89,8 +50,12 @@ def history_path() -> Path:
 class HistoryStore:
     """One SQLite file. Used from the GUI thread; each call is one short transaction."""
 
-    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+    def __init__(self, path: Path | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S,
+                 owner: bool = True) -> None:
+        """``owner``: the window's store, which marks replies a dead Nalar left streaming as interrupted. A
+        terminal command is no owner: a reply still streaming may belong to the window running now."""
         self.path = path or history_path()
+        self.owner = owner
         paths.private_dir(self.path.parent)
         self.busy_timeout_s = busy_timeout_s
         self.notice: str | None = None
@@ -111,106 +76,137 @@ class HistoryStore:
             self.notice = (f"Your conversation history could not be read ({exc}). It was moved to {backup} "
                            "and a fresh history was started.")
             self._db = self._open()
-        self.interrupted = self._mark_interrupted()
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout_s)  # autocommit
         try:
             paths.make_private(self.path)  # SQLite gives its -wal and -shm files the same mode
             db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA foreign_keys=ON")
-            check = db.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise _FailedCheck(f"integrity check failed: {check}")
+            # Before anything writes: even journal_mode=WAL rewrites the header of a file that isn't WAL yet.
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise DataUnavailable(
                     f"Your conversation history ({self.path}) was written by a newer Nalar (schema {version}; "
                     f"this one reads up to {SCHEMA_VERSION}).", "Run the newer Nalar, or update this one. "
                     "The history was left untouched.")
-            fresh = db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'messages'").fetchone()[0] == 0
-            db.executescript(SCHEMA)
-            self._migrate(db, fresh)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise _FailedCheck(f"integrity check failed: {check}")
+            create_or_migrate(db)
+            self.interrupted = _mark_interrupted(db) if self.owner else 0  # a locked file is refused here
         except BaseException:
             db.close()
             raise
         return db
 
-    @staticmethod
-    def _migrate(db: sqlite3.Connection, fresh: bool) -> None:
-        """A new file has the current schema already; an older one is brought up step by step."""
-        version = SCHEMA_VERSION if fresh else max(1, db.execute("PRAGMA user_version").fetchone()[0])
-        with db:
-            while version < SCHEMA_VERSION:
-                db.execute(MIGRATIONS[version])
-                version += 1
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
     def close(self) -> None:
         self._db.close()
-
-    def _mark_interrupted(self) -> int:
-        with self._db:
-            cursor = self._db.execute("UPDATE messages SET finish_reason = 'interrupted', updated_at = ? "
-                                      "WHERE finish_reason IS NULL", (time.time(),))
-        return cursor.rowcount
 
     # ---- conversations -------------------------------------------------------------------------
 
     def save_conversation(self, conversation: Conversation) -> None:
-        now = time.time()
         with self._db:
-            self._db.execute(
-                "INSERT INTO conversations (id, title, thinking, tools, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title, "
-                "thinking = excluded.thinking, tools = excluded.tools, updated_at = excluded.updated_at",
-                (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools), now, now))
+            self._upsert(conversation, time.time())
+
+    def _upsert(self, conversation: Conversation, now: float) -> None:
+        self._db.execute(
+            "INSERT INTO conversations (id, title, thinking, tools, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title, "
+            "thinking = excluded.thinking, tools = excluded.tools, updated_at = excluded.updated_at",
+            (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools), now, now))
 
     def delete_conversation(self, conversation_id: str) -> None:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
-    def conversations(self) -> list[Conversation]:
-        """All conversations, oldest first, with their turns."""
-        found = []
-        for row in self._db.execute("SELECT id, title, thinking, tools FROM conversations ORDER BY created_at, rowid"):
-            conversation = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]),
-                                        tools=bool(row["tools"]))
-            for message in self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY position",
-                                            (row["id"],)):
-                conversation.turns.append(Turn(
-                    user=message["user_text"], thinking=message["thinking_text"], answer=message["answer_text"],
-                    finish_reason=message["finish_reason"], thinking_tokens=message["thinking_tokens"],
-                    answer_tokens=message["answer_tokens"], ttft_s=message["ttft_s"], answer_tok_s=message["tok_s"],
-                    message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"],
-                    backend=message["backend"], loop_guard=message["loop_guard"],
-                    tool_rounds=_rounds_from(message["tool_rounds"])))
-            found.append(conversation)
-        return found
+    def conversations(self, ids: list[str] | None = None) -> list[Conversation]:
+        """All conversations (or those of ``ids``), oldest first, each with its whole tree, showing the leaf it
+        showed last."""
+        found: dict[str, Conversation] = {}
+        leaves: dict[str, int | None] = {}
+        only = f"WHERE id IN ({', '.join('?' * len(ids))})" if ids is not None else ""
+        for row in self._db.execute(f"SELECT id, title, thinking, tools, leaf_id FROM conversations {only} "
+                                    "ORDER BY created_at, rowid", ids or ()):
+            found[row["id"]] = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]),
+                                            tools=bool(row["tools"]))
+            leaves[row["id"]] = row["leaf_id"]
+        turns: dict[int | None, Turn] = {}
+        only = f"WHERE conversation_id IN ({', '.join('?' * len(ids))})" if ids is not None else ""
+        for message in self._db.execute(f"SELECT * FROM messages {only} ORDER BY conversation_id, id", ids or ()):
+            turn = _turn_from(message, turns.get(message["parent_id"]))
+            turns[turn.message_id] = turn
+            found[message["conversation_id"]].tree.append(turn)
+        for conversation in found.values():
+            if shown := turns.get(leaves[conversation.id]) or (conversation.tree[-1] if conversation.tree else None):
+                conversation.show(shown)
+        return list(found.values())
+
+    def search(self, query: str, *, thinking: bool = False, limit: int = 50) -> list[SearchHit]:
+        """Titles, questions and answers (and thinking, if asked) matching every word of ``query``."""
+        return search(self._db, query, thinking=thinking, limit=limit)
+
+    def set_leaf(self, conversation: Conversation) -> None:
+        """The branch shown changed: the conversation opens on it next time."""
+        leaf = conversation.leaf
+        with self._db:
+            self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
+                             (leaf.message_id if leaf else None, conversation.id))
+
+    def delete_turns(self, root: Turn, conversation: Conversation) -> None:
+        """A branch deleted: its first turn's row, and (by cascade) every row below it."""
+        if root.message_id is not None:
+            with self._db:
+                self._db.execute("DELETE FROM messages WHERE id = ?", (root.message_id,))
+        self.set_leaf(conversation)
+
+    def add_conversations(self, conversations: list[Conversation]) -> None:
+        """Whole conversations (a fork, an import): every turn of each tree with every field, in one
+        transaction, so a failure stores none of them."""
+        now = time.time()
+        with self._db:
+            self._db.execute("BEGIN")
+            for conversation in conversations:
+                self._upsert(conversation, now)
+                for turn in conversation.tree:
+                    turn.message_id = self._db.execute(
+                        "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, "
+                        "answer_text, model, kv_cache_dtype, thinking_tokens, answer_tokens, ttft_s, tok_s, "
+                        "finish_reason, backend, loop_guard, tool_rounds, created_at, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (conversation.id, turn.parent.message_id if turn.parent else None, _depth(turn), turn.user,
+                         turn.thinking, turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens,
+                         turn.answer_tokens, turn.ttft_s, turn.answer_tok_s, turn.finish_reason or "stop",
+                         turn.backend, turn.loop_guard, _rounds_json(turn), now, now)).lastrowid
+                leaf = conversation.leaf
+                self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
+                                 (leaf.message_id if leaf else None, conversation.id))
 
     # ---- replies -------------------------------------------------------------------------------
 
     def start_turn(self, conversation: Conversation, turn: Turn) -> int:
-        """Insert (or reset, for Regenerate) the row of the conversation's last turn."""
+        """The row of the turn a reply starts for (the shown leaf): a new row under its parent's, or the
+        same row reset when the reply goes on (Continue anyway). The conversation then shows it."""
         now = time.time()
-        position = len(conversation.turns) - 1
         self.save_conversation(conversation)
         with self._db:
-            self._db.execute(
-                "INSERT INTO messages (conversation_id, position, user_text, model, kv_cache_dtype, backend, "
-                "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(conversation_id, position) "
-                "DO UPDATE SET user_text = excluded.user_text, thinking_text = '', answer_text = '', "
-                "model = excluded.model, kv_cache_dtype = excluded.kv_cache_dtype, backend = excluded.backend, "
-                "thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, tok_s = 0, finish_reason = NULL, "
-                "loop_guard = '', tool_rounds = '[]', "
-                "updated_at = excluded.updated_at",
-                (conversation.id, position, turn.user, turn.model, turn.kv_cache_dtype, turn.backend, now, now))
-            message_id = self._db.execute("SELECT id FROM messages WHERE conversation_id = ? AND position = ?",
-                                          (conversation.id, position)).fetchone()[0]
-        turn.message_id = message_id
-        return int(message_id)
+            if turn.message_id is None:
+                parent = turn.parent.message_id if turn.parent else None
+                turn.message_id = self._db.execute(
+                    "INSERT INTO messages (conversation_id, parent_id, position, user_text, model, kv_cache_dtype, "
+                    "backend, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (conversation.id, parent, _depth(turn), turn.user, turn.model, turn.kv_cache_dtype,
+                     turn.backend, now, now)).lastrowid
+            else:
+                self._db.execute(
+                    "UPDATE messages SET user_text = ?, thinking_text = '', answer_text = '', model = ?, "
+                    "kv_cache_dtype = ?, backend = ?, thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, "
+                    "tok_s = 0, finish_reason = NULL, loop_guard = '', tool_rounds = '[]', updated_at = ? "
+                    "WHERE id = ?", (turn.user, turn.model, turn.kv_cache_dtype, turn.backend, now, turn.message_id))
+            self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", (turn.message_id, conversation.id))
+        return int(turn.message_id)  # type: ignore[arg-type]
 
     def save_partial(self, turn: Turn, thinking: str, answer: str) -> None:
         if turn.message_id is None:
@@ -242,6 +238,29 @@ class HistoryStore:
     def message_row(self, message_id: int) -> dict[str, Any]:
         row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         return dict(row) if row else {}
+
+
+def _mark_interrupted(db: sqlite3.Connection) -> int:
+    """Rows still streaming belong to a process that died: what arrived is kept, marked interrupted."""
+    cursor = db.execute("UPDATE messages SET finish_reason = 'interrupted', updated_at = ? WHERE finish_reason IS NULL",
+                        (time.time(),))
+    return cursor.rowcount
+
+
+def _turn_from(message: sqlite3.Row, parent: Turn | None) -> Turn:
+    return Turn(user=message["user_text"], thinking=message["thinking_text"], answer=message["answer_text"],
+                finish_reason=message["finish_reason"], thinking_tokens=message["thinking_tokens"],
+                answer_tokens=message["answer_tokens"], ttft_s=message["ttft_s"], answer_tok_s=message["tok_s"],
+                message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"],
+                backend=message["backend"], loop_guard=message["loop_guard"],
+                tool_rounds=_rounds_from(message["tool_rounds"]), parent=parent)
+
+
+def _depth(turn: Turn) -> int:
+    depth, node = 0, turn.parent
+    while node is not None:
+        depth, node = depth + 1, node.parent
+    return depth
 
 
 def _rounds_json(turn: Turn) -> str:
@@ -278,12 +297,21 @@ def export_markdown(conversation: Conversation) -> str:
 
 
 def export_json(conversation: Conversation) -> str:
+    """The shown branch as ``messages``; every branch as ``tree`` (each turn with its parent's index in it)
+    and ``shown`` (the leaf's index), so an import brings the branches back."""
+    place = {id(turn): n for n, turn in enumerate(conversation.tree)}
+    leaf = conversation.leaf
     return json.dumps({
-        "id": conversation.id, "title": conversation.title, "tools": conversation.tools,
-        "messages": [{"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
-                      "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend,
-                      "loop_guard": t.loop_guard,
-                      "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
-                      "thinking_tokens": t.thinking_tokens,
-                      "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s, "tok_s": t.answer_tok_s}
-                     for t in conversation.turns]}, indent=2, ensure_ascii=False)
+        "format": "nalar-conversation", "version": 1, "id": conversation.id, "title": conversation.title,
+        "thinking": conversation.thinking, "tools": conversation.tools,
+        "messages": [_turn_json(t) for t in conversation.turns],
+        "tree": [_turn_json(t) | {"parent": place.get(id(t.parent))} for t in conversation.tree],
+        "shown": place.get(id(leaf)) if leaf else None}, indent=2, ensure_ascii=False)
+
+
+def _turn_json(t: Turn) -> dict[str, Any]:
+    return {"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
+            "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend, "loop_guard": t.loop_guard,
+            "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
+            "thinking_tokens": t.thinking_tokens, "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s,
+            "tok_s": t.answer_tok_s}

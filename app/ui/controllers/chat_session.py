@@ -13,7 +13,7 @@ import dataclasses
 from PySide6.QtCore import QObject, QTimer, Signal
 from qasync import asyncSlot
 
-from app.core.chat.conversation import Conversation, ToolStep, Turn
+from app.core.chat.conversation import Conversation, ToolStep
 from app.core.chat.history import HistoryStore
 from app.core.chat.reply import Reply
 from app.core.models.model_families import model_family, sampling_warning
@@ -80,20 +80,20 @@ class ChatSession(QObject):
     def awaiting_tools(self) -> bool:
         return self.tool_loop is not None and self.tool_loop.active
 
-    async def send(self, text: str) -> None:
-        text = text.strip()
-        if text and not self.streaming and self.controller.engine_ready:
-            await self._run_reply(self.store.add_question(text))
+    async def send(self, text: str, edit_at: int | None = None) -> None:
+        """A new question after the shown leaf, or the question at ``edit_at`` edited: a new branch there."""
+        if (text := text.strip()) and not self.streaming and self.controller.engine_ready:
+            await self._run_reply(self.store.add_question(text, edit_at))
 
     @asyncSlot()
     async def regenerate(self) -> None:
-        """Answer the last question again; during a tool call, that call is dropped first."""
+        """Answer the last question again as a sibling reply (the old one stays); a pending call is dropped."""
         conversation = self.conversation
         if self.awaiting_tools and self.tool_loop is not None:
             self.tool_loop.stop()
         if self.streaming or not conversation.turns or not self.controller.engine_ready:
             return
-        conversation.turns[-1] = Turn(user=conversation.turns[-1].user)
+        conversation.branch_at(len(conversation.turns) - 1)
         await self._run_reply(conversation)
 
     @asyncSlot()
@@ -110,7 +110,7 @@ class ChatSession(QObject):
         resume = self._loops.resume_point(turn) if self.controller.bridge.engine.can_resume else None
         self._loops.continue_past(turn)
         if resume is None:
-            conversation.turns[-1] = Turn(user=turn.user)
+            conversation.branch_at(len(conversation.turns) - 1)
         await self._run_reply(conversation, self.controller.settings.sampling.with_loop_guard(enabled=False), resume)
 
     async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None,

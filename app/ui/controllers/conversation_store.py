@@ -7,11 +7,13 @@ and saves a reply's turn as it starts, streams, calls tools and ends (through ``
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
+from app.core.chat.history_import import read_import
 from app.engine.events import Finished
 from app.ui.controllers.conversation_model import ConversationListModel
 
@@ -87,12 +89,55 @@ class ConversationStore(QObject):
         else:
             self.select(min(row, len(self.model) - 1))
 
+    # ---- branches -------------------------------------------------------------------------------
+
+    def switch_branch(self, index: int, step: int) -> bool:
+        """The previous (-1) or next (+1) try of the shown turn at ``index``, remembered as the one shown."""
+        if self._busy() or not self.conversation.switch_branch(index, step):
+            return False
+        self.history.set_leaf(self.conversation)
+        self.current_changed.emit(self.current_row)
+        return True
+
+    def delete_branch(self, index: int) -> None:
+        """The shown turn at ``index`` and all that follows it on every branch; its siblings stay."""
+        if self._busy() or not 0 <= index < len(self.conversation.turns):
+            return
+        root = self.conversation.delete_branch(index)[0]
+        self.history.delete_turns(root, self.conversation)
+        self.current_changed.emit(self.current_row)
+
+    def fork(self, index: int) -> None:
+        """"New chat from here": the shown branch up to the turn at ``index`` as a new conversation, shown."""
+        if self._busy() or not 0 <= index < len(self.conversation.turns):
+            return
+        forked = self.conversation.fork(index)
+        self.history.add_conversations([forked])
+        self.select(self.model.append(forked))
+
+    def import_file(self, path: Path) -> list[Conversation]:
+        """Conversations from a file (Nalar's JSON export, or a message list), stored and listed, the last one
+        shown. A bad file raises ImportProblem before anything is stored."""
+        imported = read_import(path)
+        self.history.add_conversations(imported.conversations)
+        for conversation in imported.conversations:
+            row = self.model.append(conversation)
+        if not self._busy():
+            self.select(row)
+        for note in imported.notes:
+            self.notice.emit(note)
+        return imported.conversations
+
     # ---- the turn being answered ---------------------------------------------------------------
 
-    def add_question(self, text: str) -> Conversation:
-        """The user's question as the shown conversation's new last turn; the first one names the chat."""
+    def add_question(self, text: str, edit_at: int | None = None) -> Conversation:
+        """The user's question as the shown conversation's new last turn, or the question at ``edit_at`` edited
+        (a new sibling there: the old branch stays). The first question names the chat."""
         conversation = self.conversation
-        conversation.turns.append(Turn(user=text))
+        if edit_at is not None:
+            conversation.branch_at(edit_at, text)
+            return conversation
+        conversation.add_turn(Turn(user=text))
         if len(conversation.turns) == 1:
             conversation.title_from_first_message()
             self.rename(conversation.title)

@@ -1,0 +1,1 @@
+"""`nalar history ...`: the conversation history from a terminal (search, export)."""

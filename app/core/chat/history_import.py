@@ -1,0 +1,151 @@
+"""Import: Nalar's own JSON export (one conversation, or a list from ``--all``), branches included, or a plain
+OpenAI-style message list (``[{"role", "content"}, …]``), which becomes one chat.
+
+Everything is read and checked before anything is stored; a bad file raises ``ImportProblem`` naming what
+is wrong and where, and the history is not touched. Imported chats get new ids, so importing a file twice
+makes two copies instead of merging into (or overwriting) the stored one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.core.chat.conversation import Conversation, ToolRound, ToolStep, Turn
+
+MAX_BYTES = 64 * 1024 * 1024
+TURN_TEXTS = ("user", "thinking", "answer", "model", "kv_cache_dtype", "backend", "loop_guard")
+
+
+class ImportProblem(ValueError):
+    """What is wrong with the file, said so the user can fix it."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    conversations: list[Conversation]
+    notes: list[str]  # what was read but could not be kept (e.g. system messages)
+
+
+def read_import(path: Path) -> Imported:
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise ImportProblem(f"{path.name} is {size // 1024 // 1024} MiB; an import may be at most "
+                                f"{MAX_BYTES // 1024 // 1024} MiB.")
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ImportProblem(f"{path} can't be read: {exc.strerror or exc}.") from exc
+    except UnicodeDecodeError as exc:
+        raise ImportProblem(f"{path.name} is not UTF-8 text (byte {exc.start}).") from exc
+    except json.JSONDecodeError as exc:
+        raise ImportProblem(f"{path.name} is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from exc
+    return parse_import(data)
+
+
+def parse_import(data: object) -> Imported:
+    notes: list[str] = []
+    if isinstance(data, dict):
+        return Imported([_nalar(data, "the conversation")], notes)
+    if isinstance(data, list) and data and all(isinstance(item, dict) and "role" in item for item in data):
+        return Imported([_openai(data, notes)], notes)
+    if isinstance(data, list) and data and all(isinstance(item, dict) for item in data):
+        return Imported([_nalar(item, f"conversation {n + 1}") for n, item in enumerate(data)], notes)
+    raise ImportProblem("The file is neither a Nalar export (an object with \"messages\", or a list of them) nor a "
+                        "list of chat messages ({\"role\": …, \"content\": …}).")
+
+
+def _nalar(data: dict[str, Any], where: str) -> Conversation:
+    tree, shown = data.get("tree"), data.get("shown")
+    items = tree if isinstance(tree, list) else data.get("messages")
+    if not isinstance(items, list):
+        raise ImportProblem(f"{where} has no \"messages\" list.")
+    title = data.get("title", "Imported conversation")
+    if not isinstance(title, str):
+        raise ImportProblem(f"{where}: \"title\" is not text.")
+    conversation = Conversation(title=title, thinking=bool(data.get("thinking", True)), tools=bool(data.get("tools")))
+    for n, item in enumerate(items):
+        spot = f"{where}, message {n + 1}"
+        if not isinstance(item, dict):
+            raise ImportProblem(f"{spot} is not an object.")
+        parent = item.get("parent", n - 1 if n else None) if isinstance(tree, list) else (n - 1 if n else None)
+        if parent is not None and (not isinstance(parent, int) or not 0 <= parent < n):
+            raise ImportProblem(f"{spot}: \"parent\" {parent!r} is not an earlier message's index.")
+        turn = _turn(item, spot)
+        turn.parent = conversation.tree[parent] if parent is not None else None
+        conversation.tree.append(turn)
+    if conversation.tree:
+        leaf = shown if isinstance(shown, int) and 0 <= shown < len(conversation.tree) else len(conversation.tree) - 1
+        conversation.show(conversation.tree[leaf])
+    return conversation
+
+
+def _turn(item: dict[str, Any], spot: str) -> Turn:
+    for key in TURN_TEXTS:
+        if not isinstance(item.get(key, ""), str):
+            raise ImportProblem(f"{spot}: \"{key}\" is not text.")
+    if "user" not in item:
+        raise ImportProblem(f"{spot} has no \"user\" text.")
+    try:
+        rounds = [ToolRound.from_json(r) for r in item.get("tool_rounds", [])]
+        numbers = (int(item.get("thinking_tokens", 0)), int(item.get("answer_tokens", 0)),
+                   None if item.get("ttft_s") is None else float(item["ttft_s"]), float(item.get("tok_s", 0.0)))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ImportProblem(f"{spot}: a tool round or a figure is malformed ({exc}).") from exc
+    reason = item.get("finish_reason") or "stop"
+    return Turn(**{key: item.get(key, "") for key in TURN_TEXTS}, finish_reason=str(reason), tool_rounds=rounds,
+                thinking_tokens=numbers[0], answer_tokens=numbers[1], ttft_s=numbers[2], answer_tok_s=numbers[3])
+
+
+def _openai(messages: list[dict[str, Any]], notes: list[str]) -> Conversation:
+    """user → a new turn; assistant → its answer (tool_calls, with the tool messages after them, a round)."""
+    conversation = Conversation()  # named after its first question below
+    skipped = 0
+    for n, message in enumerate(messages):
+        role, content, spot = message.get("role"), _text(message.get("content"), n), f"message {n + 1}"
+        turn = conversation.leaf
+        if role == "system":
+            skipped += 1
+        elif role == "user":
+            conversation.add_turn(Turn(user=content, finish_reason="stop"))
+        elif role in ("assistant", "tool") and turn is None:
+            raise ImportProblem(f"{spot} ({role}) comes before any user message.")
+        elif role == "assistant" and turn is not None:
+            calls = message.get("tool_calls") or []
+            if calls:
+                turn.tool_rounds.append(ToolRound("", [_call(call, spot) for call in calls], content))
+            else:
+                turn.answer = f"{turn.answer}\n\n{content}" if turn.answer else content
+        elif role == "tool" and turn is not None:
+            steps = [s for r in turn.tool_rounds for s in r.calls if s.call_id == message.get("tool_call_id")]
+            if not steps:
+                raise ImportProblem(f"{spot}: a tool result for no call made before it.")
+            steps[0].result, steps[0].status = content, "ok"
+        else:
+            raise ImportProblem(f"{spot}: role {role!r} is not user, assistant, system or tool.")
+    if not conversation.turns:
+        raise ImportProblem("The message list has no user message.")
+    if skipped:
+        notes.append(f"{skipped} system message(s) not imported: Nalar chats have no system prompt yet.")
+    conversation.title_from_first_message()
+    return conversation
+
+
+def _text(content: object, n: int) -> str:
+    """A message's text: a string, or OpenAI's list of parts (text parts joined; others refused)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(str(p.get("text", "")) for p in content)
+    raise ImportProblem(f"message {n + 1}: \"content\" is neither text nor a list of text parts.")
+
+
+def _call(call: object, spot: str) -> ToolStep:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(call, dict) or not isinstance(function, dict) or not isinstance(function.get("name"), str):
+        raise ImportProblem(f"{spot}: a tool call without a function name.")
+    arguments = function.get("arguments", "{}")
+    return ToolStep(str(call.get("id", "")), function["name"],
+                    arguments if isinstance(arguments, str) else json.dumps(arguments), status="stopped")
