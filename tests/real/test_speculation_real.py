@@ -17,7 +17,7 @@ from app.commands.speculation.spec_report import first_divergence
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.events import Finished, Metrics
 from app.engine.local.host import EngineHost
-from tests.conftest import require_embedded_model, vllm_processes
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
 from tests.real.test_loop_guard_real import LOOPING_PROMPT
 
 pytestmark = pytest.mark.real_engine
@@ -27,6 +27,7 @@ PROMPT = "A farmer has 17 sheep. All but 9 run away. How many sheep are left? Th
 @pytest.fixture(scope="module")
 def engines() -> Iterator[dict[str, Any]]:
     model = str(require_embedded_model())
+    before = child_pids()  # the worker's shared session engine, if an earlier module started it, stays up
     hosts: dict[str, Any] = {}
     try:
         for method in ("off", "ngram"):
@@ -38,7 +39,7 @@ def engines() -> Iterator[dict[str, Any]]:
     finally:
         for host in hosts.values():
             host.close()
-        assert vllm_processes() == [], "vLLM processes survived the engines' shutdown"
+        assert vllm_processes(before) == [], "vLLM processes survived the engines' shutdown"
 
 
 def test_greedy_text_with_ngram_agrees_with_none_up_to_a_near_tie(engines: dict[str, Any]) -> None:
