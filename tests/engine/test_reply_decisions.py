@@ -67,8 +67,8 @@ def reply_for(sampling: SamplingConfig, budget: int, *, prompt: list[int] | None
 
 
 def run_think(engine: FakeAsyncLLM, reply: LocalReply, *, aborted: set[str] = frozenset(),
-              answer_now: set[str] = frozenset()) -> list[EngineEvent]:
-    requests = ReplyRequests(engine, lambda ids: ids, {}, set(aborted), set(answer_now))
+              answer_now: set[str] = frozenset(), decode: Any = None) -> list[EngineEvent]:
+    requests = ReplyRequests(engine, lambda ids: ids, {}, set(aborted), set(answer_now), decode)
     splitter = ThinkTagSplitter(prompt_opened_think=True)
 
     async def collect() -> list[EngineEvent]:
@@ -103,6 +103,21 @@ def test_thinking_past_the_budget_is_cut_and_the_rest_of_the_request_is_not_read
     run_think(engine, reply)
     assert reply.forced_close
     assert len(reply.generated_ids) == 5 and reply.stream.texts.thinking_text.strip() == "t0 t1 t2 t3 t4"
+
+
+def test_a_speculative_burst_across_the_budget_is_trimmed_to_it() -> None:
+    """Bug caught: with speculative decoding on (n-gram, the CPU engine's default) vLLM delivers up to five
+    tokens a step, and a reply thought up to four tokens past its budget: the tokens past it must be dropped,
+    their text too, before the thinking is closed."""
+    bursts = [(" ".join(f"t{i}" for i in range(start, start + 4)) + " ", list(range(100 + start, 104 + start)))
+              for start in range(0, 20, 4)]
+    engine = FakeAsyncLLM([bursts])
+    reply = reply_for(QUIET, budget=6)
+    run_think(engine, reply, decode=lambda ids: "".join(f"t{i - 100} " for i in ids))
+    assert reply.forced_close
+    assert reply.generated_ids == [100, 101, 102, 103, 104, 105]
+    assert reply.stream.texts.thinking_text.strip() == "t0 t1 t2 t3 t4 t5"
+    assert reply.stream.rates["thinking"].tokens == 6
 
 
 def test_a_reply_that_answers_within_the_budget_is_not_cut() -> None:

@@ -141,6 +141,16 @@ def test_fp8_is_recommended_only_where_it_runs() -> None:
     assert capability.recommended_kv_dtype(gpu((8, 9), "NVIDIA GeForce RTX 4090")) == "fp8_e4m3"
 
 
+def test_speculation_is_on_at_first_run_only_where_the_benchmark_measured_it_faster() -> None:
+    """Bugs caught: n-gram speculation left off on the AVX-512 CPU engine, where `nalar bench spec` measured it
+    1.14x/1.58x faster (issue 37), or turned on where nothing measured it (an AVX2-only CPU, a GPU)."""
+    assert capability.first_run_settings(Settings(), SAPPHIRE_RAPIDS).engine.speculative_method == "ngram"
+    assert capability.first_run_settings(Settings(), NO_AVX512).engine.speculative_method == "off"
+    on_gpu = capability.first_run_settings(Settings(), gpu((8, 9), "NVIDIA GeForce RTX 4090"))
+    assert on_gpu.engine.speculative_method == "off" and on_gpu.engine.kv_cache_dtype == "fp8_e4m3"
+    assert Settings().engine.speculative_method == "off", "only the first run chooses; a library default stays off"
+
+
 @pytest.mark.parametrize(("cc", "flashinfer", "expected"), [
     # compute capability, FlashInfer installed: {dtype: vLLM 0.32's backend, or None where none runs it}
     ((8, 0), True, {"auto": "FLASH_ATTN", "fp8_e4m3": "FLASHINFER", "fp8_e5m2": "FLASHINFER"}),

@@ -220,7 +220,8 @@ class EngineHost(EngineBase):
         if resume is not None:
             reply.generated_ids = prompts.encode(resume.thinking) if thinking_on else []
             reply.stream.resume_from(resume, len(reply.generated_ids))
-        requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now)
+        requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now,
+                                 prompts.tokenizer.decode)
         resumed_answer = prompts.encode(resume.answer) if resume is not None and resume.phase == "answer" else None
         with self.keeping(rid, reply.stream.texts):
             try:

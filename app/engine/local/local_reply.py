@@ -101,9 +101,11 @@ class ReplyRequests:
     """
 
     def __init__(self, engine: Any, engine_prompt: Callable[[list[int]], Any], live: dict[str, str],
-                 aborted: set[str], answer_now: set[str]) -> None:
+                 aborted: set[str], answer_now: set[str],
+                 decode: Callable[[list[int]], str] | None = None) -> None:
         self.engine = engine
         self.engine_prompt = engine_prompt
+        self.decode = decode  # the tokenizer's: a delta trimmed to the think budget needs its text again
         self.live = live
         self.aborted = aborted
         self.answer_now = answer_now
@@ -203,13 +205,16 @@ class ReplyRequests:
                 reply.forced_close = True
             return reply.forced_close
 
+        def thinking_room() -> int | None:
+            return max(0, reply.budget - stream.rates["thinking"].tokens) if splitter.in_thinking else None
+
         while True:
             ids = reply.prompt_ids + reply.generated_ids
             limit = reply.budget + sampling.max_tokens - len(reply.generated_ids)
             params = self.params(reply, max(1, min(reply.room(len(ids)), limit)), answer=not reply.budget)
             reply.resample = False
             vllm_id = f"{rid}-think-{stream.resamples}" if stream.resamples else f"{rid}-think"
-            async for event in self._request(reply, ids, params, vllm_id, split, thinking_cut):
+            async for event in self._request(reply, ids, params, vllm_id, split, thinking_cut, thinking_room):
                 yield event
             if not reply.resample:
                 break
@@ -226,18 +231,26 @@ class ReplyRequests:
 
     async def _request(self, reply: LocalReply, ids: list[int], params: Any, vllm_id: str,
                        split: Callable[[str, list[int]], tuple[Phase, Split]],
-                       cut: Callable[[], bool]) -> AsyncGenerator[EngineEvent, None]:
+                       cut: Callable[[], bool], room: Callable[[], int | None] = lambda: None
+                       ) -> AsyncGenerator[EngineEvent, None]:
         """One vLLM request's deltas into the reply's stream, until vLLM ends it, the user aborts, the
-        loop guard acts (it sets how the reply goes on) or ``cut()`` says the phase is over."""
+        loop guard acts (it sets how the reply goes on) or ``cut()`` says the phase is over.
+
+        ``room()``: how many more tokens the phase may take (None: no limit). Speculative decoding delivers
+        several tokens a step, so a delta can cross the think budget; its tokens past the budget are dropped."""
         rid, stream = reply.stream.request_id, reply.stream
         self.live[rid] = vllm_id
         outputs = self.engine.generate(self.engine_prompt(ids), params, vllm_id)
         async with contextlib.aclosing(outputs):
             async for output in outputs:
                 completion = output.outputs[0]
-                delta_ids = list(completion.token_ids)
+                delta_ids, text = list(completion.token_ids), completion.text
+                left = room()
+                if left is not None and len(delta_ids) > left and self.decode is not None:
+                    delta_ids = delta_ids[:left]
+                    text = self.decode(delta_ids)
                 reply.generated_ids.extend(delta_ids)
-                phase, part = split(completion.text, delta_ids)
+                phase, part = split(text, delta_ids)
                 for event in stream.step(phase, part, delta_ids):
                     yield event
                 if (metrics := stream.due_metrics()) is not None:

@@ -205,6 +205,16 @@ def recommended_kv_dtype(probe: HardwareProbe) -> str:
     return "fp8_e4m3" if kv_dtype_unsupported_reason("fp8_e4m3", probe) is None else "auto"
 
 
+def recommended_speculative_method(probe: HardwareProbe) -> str:
+    """The first run's speculative method: on only where `nalar bench spec` measured it faster on that kind of
+    machine (docs/BENCHMARKS.md). That is the CPU engine on AVX-512 (a 2-core AMD EPYC: n-gram gave 1.14x the
+    thinking and 1.58x the answer tok/s of none). AVX2-only CPUs and GPUs are not measured yet
+    (packaging/gpu_first_start.sh records it on a first real card), so there it stays off."""
+    return "ngram" if probe.engine_kind == "cpu" and "avx512f" in probe.cpu_flags else "off"
+
+
 def first_run_settings(settings: Settings, probe: HardwareProbe) -> Settings:
-    """What the first start saves (and `nalar doctor` reports before it): the recommended KV dtype."""
-    return settings.with_engine(kv_cache_dtype=recommended_kv_dtype(probe))
+    """What the first start saves (and `nalar doctor` reports before it): the recommended KV dtype and
+    speculative method."""
+    return settings.with_engine(kv_cache_dtype=recommended_kv_dtype(probe),
+                                speculative_method=recommended_speculative_method(probe))

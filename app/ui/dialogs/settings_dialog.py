@@ -63,10 +63,11 @@ LABELS = {"max_model_len": "Context length (tokens)", "kv_cache_dtype": "KV cach
           "num_speculative_tokens": "Speculative tokens", "prompt_lookup_max": "N-gram lookup max",
           "prompt_lookup_min": "N-gram lookup min"}
 SPECULATION_DEFAULT_NOTE = (
-    "Speculative decoding is off by default. `nalar bench spec` on a 2-core AMD EPYC (CPU engine, embedded "
-    "model, greedy) measured n-gram at 1.14× the thinking and 1.58× the answer tok/s of none (2.5× on a long, "
-    "repetitive thought), in one run on a shared machine; greedy text then parts at bf16 near-ties, so the "
-    "default stays off until more runs confirm it (docs/BENCHMARKS.md).")
+    "The first run turns n-gram speculation on for the CPU engine on AVX-512 and leaves it off elsewhere (not "
+    "measured there yet). `nalar bench spec` "
+    "on a 2-core AMD EPYC (CPU engine, embedded model, greedy) measured n-gram at 1.14× the thinking and 1.58× "
+    "the answer tok/s of none (2.5× on a long, repetitive thought). With it on, "
+    "greedy text can part from a run without it where two tokens tie in bf16 (docs/BENCHMARKS.md).")
 
 
 def _label(name: str) -> str:
