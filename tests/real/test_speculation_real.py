@@ -107,3 +107,24 @@ def test_the_loop_guard_concludes_a_greedy_loop_with_ngram_on(engines: dict[str,
     assert loop.detected_token - loop.start_token <= max(3 * loop.period, 512)
     assert finished.metrics.thinking_tokens < 1536 and finished.answer_text.strip()
     assert finished.metrics.speculation is not None and finished.metrics.speculation.accepted_tokens > 0
+
+
+def test_a_think_budget_holds_when_accepted_drafts_arrive_in_bursts(engines: dict[str, Any]) -> None:
+    """Bug caught: vLLM delivering up to five tokens a step with n-gram on, so a reply thought past its budget
+    (260 thinking tokens for a budget of 256 before the fix). A looping prompt accepts every draft, and 37 is
+    not on a step's edge: the thinking must stop at exactly 37 tokens, the answer at its 8."""
+    ngram = engines["ngram"]
+    sampling = SamplingConfig(temperature=0.0, think_budget=37, max_tokens=8).with_loop_guard(action="warn")
+
+    async def run() -> Finished | None:
+        finished = None
+        async for event in ngram.generate([{"role": "user", "content": LOOPING_PROMPT}], sampling, "budget",
+                                          ignore_eos=True):
+            if isinstance(event, Finished):
+                finished = event
+        return finished
+
+    finished = ngram.loop_thread.submit(run()).result(600)
+    assert finished is not None and finished.metrics is not None and finished.metrics.speculation is not None
+    assert finished.metrics.speculation.accepted_tokens > 0, "drafts were accepted, so tokens came in bursts"
+    assert (finished.metrics.thinking_tokens, finished.metrics.answer_tokens) == (37, 8)
