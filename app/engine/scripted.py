@@ -44,6 +44,7 @@ class Script:
     token_ids: list[list[int]] | None = None
     family: ModelFamily | None = None
     tokenizer: Any = None
+    finish: FinishReason = "stop"  # how the script ends when played through: "length" plays a max-tokens cut
 
 
 class _TextOnlyTokenizer:
@@ -151,7 +152,7 @@ class ScriptedEngineDouble(EngineBase):
         if resume is not None:
             stream.resume_from(resume)
         with self.keeping(rid, stream.texts):
-            reason: FinishReason = "stop"
+            reason: FinishReason = script.finish
             next_at = time.perf_counter()
             skip_thinking = False  # the guard concluded: the script's remaining thinking is not played
             for index, delta in enumerate(script.deltas):

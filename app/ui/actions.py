@@ -60,6 +60,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("stop", "S&top", "Chat", lambda w: w.session.stop(), "Esc"),
     Action("answer_now", "&Answer now", "Chat", lambda w: w.session.answer_now(), "Ctrl+Shift+Return"),
     Action("regenerate", "&Regenerate", "Chat", lambda w: w.session.regenerate(), "Ctrl+R"),
+    Action("continue_answer", "C&ontinue the reply", "Chat", lambda w: w.session.continue_answer(), "Ctrl+Shift+R"),
     Action("copy_answer", "&Copy answer", "Chat", _copy_answer, "Ctrl+Shift+C"),
     Action("focus_prompt", "&Focus the prompt", "Chat", lambda w: w.prompt.setFocus(), "Ctrl+L"),
     Action("rename_conversation", "Re&name conversation…", "Chat", lambda w: w.rename_conversation(), "F2"),

@@ -122,6 +122,7 @@ class MainWindow(QMainWindow):
         controls.stop_button.clicked.connect(session.stop)
         controls.answer_now_button.clicked.connect(session.answer_now)
         controls.regenerate_button.clicked.connect(session.regenerate)
+        controls.continue_button.clicked.connect(session.continue_answer)
         controls.copy_button.clicked.connect(lambda: self.menus.trigger("copy_answer"))
         self.banner.action_clicked.connect(controller.retry)
         lst = self.conversation_list
@@ -140,7 +141,7 @@ class MainWindow(QMainWindow):
         session = self.session
         self.controls.set_state(engine_ready=engine_ready, streaming=streaming,
                                 has_turns=bool(session.store.last_turn), has_answer=bool(session.reply.answer),
-                                awaiting_tools=session.awaiting_tools)
+                                awaiting_tools=session.awaiting_tools, can_continue=session.can_continue)
         self.conversation_list.setEnabled(not streaming)
         self.menus.actions["restart_engine"].setEnabled(not streaming)
 

@@ -219,3 +219,23 @@ def test_a_partial_save_after_a_thinking_loop_keeps_the_thinking_as_the_guard_cu
     session.close()
     row = session.history.message_row(turn.message_id)
     assert row["finish_reason"] == "abort" and row["thinking_text"] == turn.thinking == kept
+
+
+def test_continue_after_a_max_tokens_end_goes_on_in_the_same_turn_and_keeps_the_first_part(qtbot,
+                                                                                           make_session) -> None:
+    """Bugs caught: an answer cut at max tokens can only be regenerated (the first part lost), or Continue
+    asking anew / starting a new turn instead of resuming after the kept thinking and answer."""
+    cut = Script(["<think>", "Add them.", "</think>", "The sum is", " one hundred"], finish="length")
+    session = make_session(cut, Script([" and one."]))
+    first = send(qtbot, session, "Sum of 1..100 over 50?")
+    assert first.reason == "length" and session.can_continue
+    with qtbot.waitSignal(session.reply_finished, timeout=20_000) as blocker:
+        session.continue_answer()
+    finished = blocker.args[0]
+    engine = session.controller.bridge.engine
+    assert engine.resumes[-1] == Resume("answer", "Add them.", "The sum is one hundred")
+    assert finished.answer_text == "The sum is one hundred and one." and finished.reason == "stop"
+    turn = session.conversation.turns[-1]
+    assert len(session.conversation.turns) == 1 and turn.answer == finished.answer_text
+    assert session.history.message_row(turn.message_id)["answer_text"] == finished.answer_text
+    assert not session.can_continue, "a reply that ended by itself has nothing to continue"

@@ -113,10 +113,12 @@ class LocalStart:
         with import_warmup.engine_loading():
             from vllm import AsyncEngineArgs
         kwargs = engine_arguments(plan, model, on_cpu, kv_block_size)
+        # Loading starts here for the user: judging the speculative methods runs vLLM's config validation once
+        # per method (seconds on a busy machine) and belongs to the load.
+        self._status("loading", "loading model… (this takes a while)", 0.2)
         verdicts = self._judge_speculation(plan.config, model, kwargs)
         if plan.attention_backend:
             log.info("vLLM is expected to choose the %s attention backend", plan.attention_backend)
-        self._status("loading", "loading model… (this takes a while)", 0.2)
         engine, processes = await self._build(AsyncEngineArgs(**kwargs), plan.config, on_cpu)
         loaded = self._read_ready(engine, plan, model, local_path, processes, started)
         loaded.ready = dataclasses.replace(loaded.ready, speculation=verdicts)

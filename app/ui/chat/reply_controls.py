@@ -21,11 +21,13 @@ class ReplyControls(QWidget):
         self.answer_now_button = QPushButton("Answer now")
         self.answer_now_button.setToolTip("End thinking here and write the answer")
         self.regenerate_button = QPushButton("Regenerate")
+        self.continue_button = QPushButton("Continue")
+        self.continue_button.setToolTip("The reply stopped at its token limit: go on from where it stopped")
         self.copy_button = QPushButton("Copy answer")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for button in (self.send_button, self.think_switch, self.effort_choice, self.tools_switch, self.stop_button,
-                       self.answer_now_button, self.regenerate_button, self.copy_button):
+                       self.answer_now_button, self.regenerate_button, self.continue_button, self.copy_button):
             layout.addWidget(button)
         layout.addStretch(1)
 
@@ -35,10 +37,13 @@ class ReplyControls(QWidget):
         self.effort_choice.show_family(family, effort)
 
     def set_state(self, *, engine_ready: bool, streaming: bool, has_turns: bool, has_answer: bool,
-                  awaiting_tools: bool = False) -> None:
-        """``awaiting_tools``: the reply waits on a tool call, which Regenerate may drop."""
+                  awaiting_tools: bool = False, can_continue: bool = False) -> None:
+        """``awaiting_tools``: the reply waits on a tool call, which Regenerate may drop; ``can_continue``: the
+        shown reply ended at max tokens."""
         self.send_button.setEnabled(engine_ready and not streaming)
         self.stop_button.setEnabled(streaming)
         self.answer_now_button.setEnabled(streaming)
         self.regenerate_button.setEnabled(engine_ready and (not streaming or awaiting_tools) and has_turns)
         self.copy_button.setEnabled(has_answer)
+        self.continue_button.setVisible(can_continue)
+        self.continue_button.setEnabled(engine_ready and not streaming and can_continue)

@@ -23,7 +23,7 @@ from app.engine.requests import Resume, ToolChoice
 from app.tools.mcp_client import ToolInfo
 from app.ui.controllers.conversation_store import ConversationStore
 from app.ui.controllers.engine_controller import EngineController
-from app.ui.controllers.reply_feed import LoopRecord, ReplyFeed
+from app.ui.controllers.reply_feed import CANT_CONTINUE, LoopRecord, ReplyFeed, length_resume_point
 from app.ui.controllers.tool_loop import ToolLoop
 from app.ui.controllers.tools_controller import ToolsController
 
@@ -112,6 +112,26 @@ class ChatSession(QObject):
         if resume is None:
             conversation.branch_at(len(conversation.turns) - 1)
         await self._run_reply(conversation, self.controller.settings.sampling.with_loop_guard(enabled=False), resume)
+
+    @asyncSlot()
+    async def continue_answer(self) -> None:
+        """A reply cut at max tokens goes on from where it stopped, into the same turn: the engine reads the
+        prompt, the kept thinking and answer (the prefix cache keeps that cheap) and writes on."""
+        conversation = self.conversation
+        if self.streaming or not conversation.turns or not self.controller.engine_ready:
+            return
+        if (resume := length_resume_point(conversation.turns[-1])) is None:
+            return
+        if not self.controller.bridge.engine.can_resume:
+            self.notice.emit(CANT_CONTINUE)
+            return
+        await self._run_reply(conversation, resume=resume)
+
+    @property
+    def can_continue(self) -> bool:
+        """The shown reply ended at max tokens, so Continue applies."""
+        turn = self.store.last_turn
+        return turn is not None and length_resume_point(turn) is not None
 
     async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None,
                          resume: Resume | None = None) -> None:
@@ -209,6 +229,8 @@ class ChatSession(QObject):
             self.notice.emit("Stopped. The partial reply is kept.")
         elif finished.reason == "loop":
             self.notice.emit("The loop guard cut this reply where it began to repeat itself.")
+        elif finished.reason == "length":
+            self.notice.emit("The reply reached its token limit. Continue goes on from where it stopped.")
         self.state_changed.emit()
         self.reply_finished.emit(finished)
 

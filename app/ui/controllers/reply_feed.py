@@ -92,6 +92,17 @@ class ReplyFeed(QObject):
             self.finished.emit(finished)
 
 
+CANT_CONTINUE = ("This backend can't go on with a cut reply (a remote server is asked anew, not continued); "
+                 "Continue needs the local engine. Regenerate asks again.")
+
+
+def length_resume_point(turn: Turn) -> Resume | None:
+    """Where a reply cut at max tokens goes on: after its answer, or in its thinking if it had no answer yet."""
+    if turn.finish_reason != "length":
+        return None
+    return Resume("answer", turn.thinking, turn.answer) if turn.answer else Resume("thinking", turn.thinking)
+
+
 class LoopRecord:
     """What the loop guard did in each reply this session saw finish (by message id)."""
 
