@@ -1,0 +1,64 @@
+"""What the window does to conversations beyond a reply: rename and delete them, and act on the thread's
+links and the branch actions (another try of a turn: the navigator, Alt+Left/Right), with the context gauge
+kept on the branch shown.
+
+The state is the conversation's (its shown leaf, in core's Qt-free ``Conversation``) and the store's; this
+object only turns a click or a key into a call on them, asks before what can't be undone, and draws what
+follows in the gauge.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+from app.ui.chat.attachments_bar import branch_tokens, model_counter
+
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
+
+STEPS = {"prev": -1, "next": +1}
+
+
+class ConversationActions(QObject):
+    """The window's conversation commands and thread links (``ChatView.turn_action``), on the shown chat."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.store = window.session.store
+        window.chat_view.turn_action.connect(self.on_turn_action)
+
+    def rename(self) -> None:
+        title, ok = QInputDialog.getText(self.window, "Rename conversation", "Title:",
+                                         text=self.store.conversation.title)
+        if ok and title.strip():
+            self.store.rename(title.strip())
+
+    def delete(self) -> None:
+        conversation = self.store.conversation
+        if conversation.turns and QMessageBox.question(
+                self.window, "Delete conversation",
+                f"Delete “{conversation.title}”?") != QMessageBox.StandardButton.Yes:
+            return
+        self.store.delete_current()
+
+    def on_turn_action(self, index: int, action: str) -> None:
+        if action in STEPS:
+            self.store.switch_branch(index, STEPS[action])
+
+    def switch_newest(self, step: int) -> bool:
+        """Alt+Left/Right: the previous or next try of the newest turn that has others (usually the last reply)."""
+        index = self.store.conversation.newest_branch_point()
+        return index is not None and self.store.switch_branch(index, step)
+
+    def show_context(self) -> None:
+        """The context gauge follows the branch shown: what the model will read on the next send."""
+        controller = self.window.controller
+        if not controller.engine_ready or controller.bridge.ready is None:
+            return
+        counter = model_counter(controller.settings)
+        self.window.gauges.show_context(branch_tokens(self.store.conversation, counter),
+                                        controller.bridge.ready.max_model_len, estimate=not counter.exact)

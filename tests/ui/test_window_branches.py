@@ -1,0 +1,92 @@
+"""Branches in the window, on a real SQLite file: the navigator in the thread, Alt+Left/Right, and what
+follows the branch shown (the thread, the live panes, the context gauge, the next request)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QTextBrowser
+
+from app.core.chat.history import HistoryStore
+from app.engine.scripted import Script, ScriptedEngineDouble
+from app.ui.actions import BY_ID
+from app.ui.chat.attachments_bar import branch_tokens, model_counter
+
+
+def anchor_position(browser: QTextBrowser, href: str) -> int | None:
+    """Where in the document the link ``href`` is, or None: the view shows no such link."""
+    block = browser.document().begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            if fragment.charFormat().isAnchor() and fragment.charFormat().anchorHref() == href:
+                return fragment.position()
+            it += 1
+        block = block.next()
+    return None
+
+
+def click_link(qtbot, browser: QTextBrowser, href: str) -> None:
+    """A real mouse click on the link, where the view draws it (not an emitted signal)."""
+    position = anchor_position(browser, href)
+    assert position is not None, f"no link {href} in the thread: {browser.toPlainText()!r}"
+    cursor = QTextCursor(browser.document())
+    cursor.setPosition(position + 1)
+    browser.setTextCursor(cursor)
+    browser.ensureCursorVisible()
+    rect = browser.cursorRect(cursor)
+    point = rect.center()
+    point.setX(max(0, rect.left() - 4))  # inside the link's first character, left of the cursor after it
+    QTest.mouseClick(browser.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, point)
+
+
+def answered(qtbot, window, start) -> None:
+    """Run ``start`` and wait for the reply it starts to end."""
+    with qtbot.waitSignal(window.reply_finished, timeout=10_000):
+        start()
+
+
+def test_regenerate_keeps_both_replies_and_the_navigator_and_alt_keys_switch_what_follows(qtbot, make_window) -> None:
+    """Bugs caught: Regenerate replacing the old reply instead of adding a sibling; no "◀ 2/2 ▶" in the
+    thread, or one whose clicks do nothing; Alt+Left/Right not bound to the newest branch point; the live
+    panes or the context gauge left on the other branch (the gauge kept the last request's count); the
+    next send reading the branch that was answered last instead of the one shown; the shown branch not
+    kept in the history file."""
+    window = make_window(ScriptedEngineDouble([
+        Script(["<think>t1</think>", "the first reply"]),
+        Script(["<think>t2</think>", *[f"second{i} " for i in range(40)]]),
+        Script(["<think>t3</think>", "a follow-up"])]))
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    answered(qtbot, window, lambda: window.send("2+3?"))
+    answered(qtbot, window, window.controls.regenerate_button.click)
+    conversation, view = window.session.conversation, window.chat_view
+    assert [t.answer for t in conversation.tree] == ["the first reply", "".join(f"second{i} " for i in range(40))]
+    assert "◀ 2/2 ▶" in view.transcript.toPlainText()
+    assert anchor_position(view.transcript, "nalar-turn:0/next") is None, "the last try's ▶ is no link"
+    counter = model_counter(window.controller.settings)
+    long_branch = branch_tokens(conversation, counter)
+
+    click_link(qtbot, view.transcript, "nalar-turn:0/prev")
+    qtbot.waitUntil(lambda: view.answer_pane.text() == "the first reply", timeout=5_000)
+    assert "◀ 1/2 ▶" in view.transcript.toPlainText()
+    assert window.gauges.context_bar.value() == branch_tokens(conversation, counter) < long_branch
+
+    window.activateWindow()
+    qtbot.waitUntil(window.isActiveWindow, timeout=5_000)
+    window.prompt.setFocus()
+    QTest.keySequence(window.prompt, BY_ID["next_branch"].keys())
+    qtbot.waitUntil(lambda: view.answer_pane.text().startswith("second0"), timeout=5_000)
+    assert window.gauges.context_bar.value() == long_branch
+    QTest.keySequence(window.prompt, BY_ID["previous_branch"].keys())
+    qtbot.waitUntil(lambda: view.answer_pane.text() == "the first reply", timeout=5_000)
+    assert HistoryStore().conversations()[0].turns[0].answer == "the first reply", "the shown branch is kept"
+
+    answered(qtbot, window, lambda: window.send("and 2+4?"))
+    sent = window.controller.bridge.engine.requests[-1]
+    assert [m["content"] for m in sent] == ["2+3?", "the first reply", "and 2+4?"]
+    assert "second0" not in view.transcript.toPlainText() and "the first reply" in view.transcript.toPlainText()
+    window.close()
+    [loaded] = HistoryStore().conversations()
+    assert [t.answer for t in loaded.turns] == ["the first reply", "a follow-up"] and len(loaded.tree) == 3
