@@ -29,6 +29,7 @@ class Action:
     handler: Callable[[MainWindow], object]
     shortcut: Shortcut | None = None
     fallback: str | None = None  # where the platform has no standard key for ``shortcut``
+    also: str | None = None  # another way in, where a widget handles the key itself (Help lists it)
 
     def keys(self) -> QKeySequence:
         """The shortcut on this platform (resolved only once Qt runs); empty for none."""
@@ -64,6 +65,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("previous_branch", "&Previous branch", "Chat", lambda w: w.conversation_actions.switch_newest(-1),
            "Alt+Left"),
     Action("next_branch", "Ne&xt branch", "Chat", lambda w: w.conversation_actions.switch_newest(+1), "Alt+Right"),
+    Action("edit_last_question", "&Edit the last question", "Chat", lambda w: w.conversation_actions.edit_last(),
+           "Ctrl+Up", also="Up in an empty prompt"),
     Action("copy_answer", "&Copy answer", "Chat", _copy_answer, "Ctrl+Shift+C"),
     Action("focus_prompt", "&Focus the prompt", "Chat", lambda w: w.prompt.setFocus(), "Ctrl+L"),
     Action("rename_conversation", "Re&name conversation…", "Chat", lambda w: w.conversation_actions.rename(),
@@ -80,5 +83,8 @@ BY_ID = {action.id: action for action in ACTIONS}
 
 def shortcut_rows() -> list[tuple[str, str, str]]:
     """(menu, title, shortcut) of every action, in menu order, as Help → Keyboard shortcuts lists them."""
-    return [(action.menu, action.label, action.keys().toString(QKeySequence.SequenceFormat.NativeText))
-            for menu in MENUS for action in ACTIONS if action.menu == menu]
+    def keys(action: Action) -> str:
+        text = action.keys().toString(QKeySequence.SequenceFormat.NativeText)
+        return f"{text}, or {action.also}" if action.also else text
+
+    return [(action.menu, action.label, keys(action)) for menu in MENUS for action in ACTIONS if action.menu == menu]

@@ -30,6 +30,10 @@ class ConversationActions(QObject):
         self.window = window
         self.store = window.session.store
         window.chat_view.turn_action.connect(self.on_turn_action)
+        self.question_edit = window.session.question_edit
+        self.question_edit.changed.connect(window.controls.show_editing)
+        window.controls.cancel_edit_button.clicked.connect(self.cancel_edit)
+        window.prompt.edit_last.connect(lambda: window.menus.trigger("edit_last_question"))
 
     def rename(self) -> None:
         title, ok = QInputDialog.getText(self.window, "Rename conversation", "Title:",
@@ -48,6 +52,25 @@ class ConversationActions(QObject):
     def on_turn_action(self, index: int, action: str) -> None:
         if action in STEPS:
             self.store.switch_branch(index, STEPS[action])
+        elif action == "edit":
+            self.edit(index)
+
+    def edit(self, index: int) -> None:
+        """The question at ``index`` goes into the prompt; sending it makes a new branch there."""
+        if (text := self.question_edit.begin(index, busy=self.window.session.streaming)) is not None:
+            prompt = self.window.prompt
+            prompt.setPlainText(text)
+            prompt.moveCursor(prompt.textCursor().MoveOperation.End)
+            prompt.setFocus()
+
+    def edit_last(self) -> None:
+        """Up in an empty prompt (or the menu): edit the last question of the branch shown."""
+        if turns := self.store.conversation.turns:
+            self.edit(len(turns) - 1)
+
+    def cancel_edit(self) -> None:
+        self.question_edit.cancel()
+        self.window.prompt.clear()
 
     def switch_newest(self, step: int) -> bool:
         """Alt+Left/Right: the previous or next try of the newest turn that has others (usually the last reply)."""

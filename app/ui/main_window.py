@@ -206,7 +206,7 @@ class MainWindow(QMainWindow):
             text = question
         self.prompt.clear()
         self.attachments.clear()
-        await self.session.send(text)
+        await self.session.send(text, self.session.question_edit.take())  # an edit: a new branch at its question
 
     def attach(self, paths: list[Path]) -> None:
         self.attachments.counter = model_counter(self.controller.settings)

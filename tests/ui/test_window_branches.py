@@ -90,3 +90,65 @@ def test_regenerate_keeps_both_replies_and_the_navigator_and_alt_keys_switch_wha
     window.close()
     [loaded] = HistoryStore().conversations()
     assert [t.answer for t in loaded.turns] == ["the first reply", "a follow-up"] and len(loaded.tree) == 3
+
+
+def test_an_edited_question_is_a_new_branch_and_up_in_the_empty_prompt_edits_the_last(qtbot, make_window) -> None:
+    """Bugs caught: the thread's Edit link not putting the question in the prompt, or the send replacing the
+    old turn (or adding the edit after the last one) instead of a sibling at that question; the old branch
+    lost or unreachable by the navigator; Up in an empty prompt moving the cursor instead of editing the
+    last question; the model reading the question that was edited away; the edit mark left up after the send."""
+    window = make_window(ScriptedEngineDouble([Script(["<think>a</think>", "answer one"]),
+                                               Script(["<think>b</think>", "answer two"]),
+                                               Script(["<think>c</think>", "answer edited"]),
+                                               Script(["<think>d</think>", "answer two again"])]))
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    answered(qtbot, window, lambda: window.send("question one"))
+    answered(qtbot, window, lambda: window.send("question two"))
+    view, prompt, conversation = window.chat_view, window.prompt, window.session.conversation
+
+    click_link(qtbot, view.transcript, "nalar-turn:0/edit")
+    qtbot.waitUntil(lambda: prompt.toPlainText() == "question one", timeout=5_000)
+    assert window.controls.edit_label.isVisible() and "question 1" in window.controls.edit_label.text()
+    prompt.setPlainText("question one, edited")
+    answered(qtbot, window, lambda: QTest.keyClick(prompt, Qt.Key.Key_Return))
+    assert [t.user for t in conversation.turns] == ["question one, edited"] and conversation.siblings(0) == (1, 2)
+    assert view.answer_pane.text() == "answer edited" and not window.controls.edit_label.isVisible()
+    assert window.controller.bridge.engine.requests[-1] == [{"role": "user", "content": "question one, edited"}]
+    assert "◀ 2/2 ▶" in view.transcript.toPlainText()
+
+    click_link(qtbot, view.transcript, "nalar-turn:0/prev")
+    qtbot.waitUntil(lambda: view.answer_pane.text() == "answer two", timeout=5_000)
+    assert [t.user for t in conversation.turns] == ["question one", "question two"], "the old branch stays"
+
+    prompt.clear()
+    prompt.setFocus()
+    QTest.keyClick(prompt, Qt.Key.Key_Up)
+    qtbot.waitUntil(lambda: prompt.toPlainText() == "question two", timeout=5_000)
+    prompt.setPlainText("question two, again")
+    answered(qtbot, window, lambda: QTest.keyClick(prompt, Qt.Key.Key_Return))
+    assert conversation.siblings(1) == (1, 2) and conversation.turns[0].user == "question one"
+    assert [m["content"] for m in window.controller.bridge.engine.requests[-1]] == [
+        "question one", "answer one", "question two, again"]
+    window.close()
+    [loaded] = HistoryStore().conversations()
+    assert sorted(t.user for t in loaded.tree) == ["question one", "question one, edited", "question two",
+                                                   "question two, again"]
+    assert [t.answer for t in loaded.turns] == ["answer one", "answer two again"]
+
+
+def test_cancel_edit_and_a_branch_switch_end_the_edit(qtbot, make_window) -> None:
+    """Bug caught: an edit left armed after Cancel edit or after another branch is shown, so the next
+    question (typed fresh) silently replaced an earlier one as a new branch."""
+    window = make_window(ScriptedEngineDouble([Script(["one"]), Script(["two"]), Script(["three"])]))
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    answered(qtbot, window, lambda: window.send("first"))
+    answered(qtbot, window, window.controls.regenerate_button.click)
+    edit = window.session.question_edit
+    window.conversation_actions.edit(0)
+    assert edit.index == 0 and window.prompt.toPlainText() == "first"
+    window.controls.cancel_edit_button.click()
+    assert edit.turn is None and window.prompt.toPlainText() == "" and not window.controls.edit_label.isVisible()
+    window.conversation_actions.edit(0)
+    assert window.conversation_actions.switch_newest(-1) and edit.turn is None
+    answered(qtbot, window, lambda: window.send("second"))
+    assert [t.user for t in window.session.conversation.turns] == ["first", "second"]

@@ -2,7 +2,8 @@
 
 Each job has its own object: ``store`` (ConversationStore) the conversations and their saving, ``reply``
 (core's Qt-free Reply) the reply's text and state, which the panes observe and ``feed`` (ReplyFeed) fills
-from the bridge, ``tool_loop`` (ToolLoop) a reply's tool rounds and their bounds. The session sends,
+from the bridge, ``tool_loop`` (ToolLoop) a reply's tool rounds and their bounds, ``question_edit``
+(QuestionEdit) the earlier question the prompt holds, which a send makes a new branch. The session sends,
 regenerates, stops, saves partial replies every second and aborts on close; tests drive it without a window.
 """
 
@@ -23,6 +24,7 @@ from app.engine.requests import Resume, ToolChoice
 from app.tools.mcp_client import ToolInfo
 from app.ui.controllers.conversation_store import ConversationStore
 from app.ui.controllers.engine_controller import EngineController
+from app.ui.controllers.question_edit import QuestionEdit
 from app.ui.controllers.reply_feed import LoopRecord, ReplyFeed
 from app.ui.controllers.tool_loop import ToolLoop
 from app.ui.controllers.tools_controller import ToolsController
@@ -41,10 +43,10 @@ class ChatSession(QObject):
     def __init__(self, controller: EngineController, history: HistoryStore, parent: QObject | None = None,
                  tools: ToolsController | None = None) -> None:
         super().__init__(parent)
-        self.controller = controller
-        self.tools = tools
+        self.controller, self.tools = controller, tools
         self.store = ConversationStore(history, lambda: self.streaming, lambda: controller.settings.sampling.thinking,
                                        self)
+        self.question_edit = QuestionEdit(self.store, self)  # an earlier question the prompt holds, if any
         self.reply = Reply()
         self.feed = ReplyFeed(controller.bridge, self.reply, self)
         self.tool_loop = ToolLoop(tools, self) if tools is not None else None
