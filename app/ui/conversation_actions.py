@@ -54,6 +54,24 @@ class ConversationActions(QObject):
             self.store.switch_branch(index, STEPS[action])
         elif action == "edit":
             self.edit(index)
+        elif action == "fork":
+            self.store.fork(index)
+        elif action == "delete":
+            self.delete_branch(index)
+
+    def delete_branch(self, index: int) -> None:
+        """This turn and all that follows it on every branch below it; its other tries stay, one of them shown."""
+        conversation = self.store.conversation
+        if self.window.session.streaming or not 0 <= index < len(conversation.turns):
+            return
+        _place, tries = conversation.siblings(index)
+        below = "the turns after it" if index < len(conversation.turns) - 1 else "its reply"
+        if QMessageBox.question(
+                self.window, "Delete this branch",
+                f"Delete question {index + 1}, {below} and every branch below it? "
+                f"{'Its other tries stay.' if tries > 1 else 'The turns before it stay.'}"
+        ) == QMessageBox.StandardButton.Yes:
+            self.store.delete_branch(index)
 
     def edit(self, index: int) -> None:
         """The question at ``index`` goes into the prompt; sending it makes a new branch there."""

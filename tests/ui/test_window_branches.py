@@ -152,3 +152,53 @@ def test_cancel_edit_and_a_branch_switch_end_the_edit(qtbot, make_window) -> Non
     assert window.conversation_actions.switch_newest(-1) and edit.turn is None
     answered(qtbot, window, lambda: window.send("second"))
     assert [t.user for t in window.session.conversation.turns] == ["first", "second"]
+
+
+def test_new_chat_from_here_forks_and_delete_branch_deletes_only_that_branch(qtbot, make_window, monkeypatch) -> None:
+    """Bugs caught: "New chat from here" copying the whole tree, or the turns after the chosen one, or
+    sharing rows with the source (a later edit in one changed the other); Delete branch deleting the
+    whole conversation or the sibling branch, leaving the deleted reply in the panes, or keeping its rows
+    (and search hits) in the history file; the thread appending to the wrong branch after a switch to a
+    branch one turn longer than the one drawn."""
+    from PySide6.QtWidgets import QMessageBox
+
+    window = make_window(ScriptedEngineDouble([Script(["<think>a</think>", "reply one"]),
+                                               Script(["<think>b</think>", "reply two"]),
+                                               Script(["<think>c</think>", "reply one, again"])]))
+    qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
+    answered(qtbot, window, lambda: window.send("question one"))
+    answered(qtbot, window, lambda: window.send("question two"))
+    view = window.chat_view
+    source = window.session.conversation
+
+    click_link(qtbot, view.transcript, "nalar-turn:0/fork")
+    qtbot.waitUntil(lambda: window.session.conversation is not source, timeout=5_000)
+    forked = window.session.conversation
+    assert [(t.user, t.answer) for t in forked.tree] == [("question one", "reply one")]
+    assert forked.title.endswith("(fork)") and window.conversation_list.count() == 2
+    assert view.answer_pane.text() == "reply one" and "question two" not in view.transcript.toPlainText()
+    assert all(t.message_id not in {s.message_id for s in source.tree} for t in forked.tree)
+
+    window.conversation_list.select(0)
+    qtbot.waitUntil(lambda: window.session.conversation is source, timeout=5_000)
+    answered(qtbot, window, lambda: window.conversation_actions.edit(0) or window.send("question one, again"))
+    assert source.siblings(0) == (1, 2) and view.answer_pane.text() == "reply one, again"
+    click_link(qtbot, view.transcript, "nalar-turn:0/prev")  # to the two-turn branch: the thread is drawn anew
+    qtbot.waitUntil(lambda: view.answer_pane.text() == "reply two", timeout=5_000)
+    assert view.transcript.toPlainText().count("question one") == 1 and "reply one" in view.transcript.toPlainText()
+    gone = [t.message_id for t in source.turns]
+
+    asked: list[str] = []
+    monkeypatch.setattr(QMessageBox, "question", lambda _parent, _title, text: asked.append(text)
+                        or QMessageBox.StandardButton.Yes)
+    click_link(qtbot, view.transcript, "nalar-turn:0/delete")
+    qtbot.waitUntil(lambda: view.answer_pane.text() == "reply one, again", timeout=5_000)
+    assert asked and "Its other tries stay" in asked[0]
+    assert [t.user for t in source.tree] == ["question one, again"] and source.siblings(0) == (0, 1)
+    assert "◀" not in view.transcript.toPlainText() and window.conversation_list.count() == 2
+    history = HistoryStore()
+    assert all(history.message_row(message_id) == {} for message_id in gone)
+    assert [hit.message_id for hit in history.search("two")] == []
+    loaded = {c.id: c for c in history.conversations()}
+    assert [t.user for t in loaded[source.id].tree] == ["question one, again"]
+    assert [t.answer for t in loaded[forked.id].tree] == ["reply one"], "the fork kept its own copy"

@@ -22,14 +22,15 @@ from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
 TURN_SCHEME = "nalar-turn"  # nalar-turn:INDEX/ACTION, a link on the shown turn at INDEX (never model text)
-TURN_ACTIONS = ("prev", "next", "edit")
+TURN_ACTIONS = ("prev", "next", "edit", "fork", "delete")
 
 
 class ChatView(QWidget):
     """Shows a conversation and the reply streaming into its last turn.
 
     Its only state is which thread the transcript shows (conversation id, turns), so a send can append.
-    A question's links (its branch navigator "◀ 2/3 ▶", Edit) emit ``turn_action``; the window acts on them.
+    A question's links (its branch navigator "◀ 2/3 ▶", Edit, New chat from here,
+    Delete branch) emit ``turn_action``; the window acts on them.
     """
 
     turn_action = Signal(int, str)  # (index of the shown turn, one of TURN_ACTIONS)
@@ -215,7 +216,9 @@ def _navigator(index: int, place: int, count: int) -> str:
 
 def _question(turn: Turn, index: int, place: tuple[int, int]) -> str:
     """The question with its links: its tries' navigator and Edit. The user's text is escaped; links are ours."""
-    links = f'&nbsp;&nbsp;&nbsp;<small>{_turn_link(index, "edit", "Edit")}</small>'
+    links = "&nbsp;&nbsp;&nbsp;<small>" + " · ".join(
+        _turn_link(index, action, text) for action, text in (
+            ("edit", "Edit"), ("fork", "New chat from here"), ("delete", "Delete branch"))) + "</small>"
     return (f'<table width="100%" cellpadding="6" style="margin-top: 6px"><tr><td bgcolor="#e3eaf6">'
             f'<span style="color: #1b2a44"><b>You</b>{_navigator(index, *place)}{links}<br>{_text(turn.user)}'
             f'</span></td></tr></table>')
