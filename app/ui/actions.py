@@ -57,6 +57,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("import_conversations", "&Import conversations…", "File", lambda w: w.menus.import_conversations()),
     # Quit's standard key is empty under some platform themes (Qt's offscreen one among them).
     Action("quit", "&Quit", "File", lambda w: w.close(), QKeySequence.StandardKey.Quit, fallback="Ctrl+Q"),
+    Action("search", "Searc&h conversations…", "Chat", lambda w: w.menus.open_search(), "Ctrl+K"),
     Action("send", "&Send", "Chat", lambda w: w.send(), "Ctrl+Return"),
     Action("stop", "S&top", "Chat", lambda w: w.session.stop(), "Esc"),
     Action("answer_now", "&Answer now", "Chat", lambda w: w.session.answer_now(), "Ctrl+Shift+Return"),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
+from app.core.chat.history_search import SearchHit
 from app.ui.chat.attachments_bar import branch_tokens, model_counter
 
 if TYPE_CHECKING:
@@ -89,6 +90,14 @@ class ConversationActions(QObject):
     def cancel_edit(self) -> None:
         self.question_edit.cancel()
         self.window.prompt.clear()
+
+    def open_hit(self, hit: SearchHit) -> None:
+        """A search result: its conversation, on the branch that holds its message, scrolled to it."""
+        if self.window.session.streaming:
+            self.window.show_notice("A reply is under way: the result opens once it ends (or is stopped).")
+            return
+        if (index := self.store.open_message(hit.conversation_id, hit.message_id)) is not None:
+            self.window.chat_view.scroll_to_turn(index)
 
     def switch_newest(self, step: int) -> bool:
         """Alt+Left/Right: the previous or next try of the newest turn that has others (usually the last reply)."""

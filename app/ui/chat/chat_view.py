@@ -142,6 +142,10 @@ class ChatView(QWidget):
         shown, turns = self._shown[1], conversation.turns
         return len(shown) == len(turns) - 1 and all(a is b for a, b in zip(shown, turns, strict=False))
 
+    def scroll_to_turn(self, index: int) -> None:
+        """The thread scrolled to the question of the shown turn at ``index`` (a search result's)."""
+        self.transcript.scrollToAnchor(f"turn-{index}")
+
     def _redraw_thread(self) -> None:
         """A formula in the thread was drawn: the thread again, whole."""
         if self._conversation is not None:
@@ -219,8 +223,8 @@ def _question(turn: Turn, index: int, place: tuple[int, int]) -> str:
     links = "&nbsp;&nbsp;&nbsp;<small>" + " · ".join(
         _turn_link(index, action, text) for action, text in (
             ("edit", "Edit"), ("fork", "New chat from here"), ("delete", "Delete branch"))) + "</small>"
-    return (f'<table width="100%" cellpadding="6" style="margin-top: 6px"><tr><td bgcolor="#e3eaf6">'
-            f'<span style="color: #1b2a44"><b>You</b>{_navigator(index, *place)}{links}<br>{_text(turn.user)}'
+    return (f'<a name="turn-{index}"></a><table width="100%" cellpadding="6" style="margin-top: 6px"><tr>'
+            f'<td bgcolor="#e3eaf6"><span style="color: #1b2a44"><b>You</b>{_navigator(index, *place)}{links}<br>{_text(turn.user)}'
             f'</span></td></tr></table>')
 
 
