@@ -29,6 +29,7 @@ class Action:
     handler: Callable[[MainWindow], object]
     shortcut: Shortcut | None = None
     fallback: str | None = None  # where the platform has no standard key for ``shortcut``
+    also: str | None = None  # another way in, where a widget handles the key itself (Help lists it)
 
     def keys(self) -> QKeySequence:
         """The shortcut on this platform (resolved only once Qt runs); empty for none."""
@@ -56,15 +57,23 @@ ACTIONS: tuple[Action, ...] = (
     Action("import_conversations", "&Import conversations…", "File", lambda w: w.menus.import_conversations()),
     # Quit's standard key is empty under some platform themes (Qt's offscreen one among them).
     Action("quit", "&Quit", "File", lambda w: w.close(), QKeySequence.StandardKey.Quit, fallback="Ctrl+Q"),
+    Action("search", "Searc&h conversations…", "Chat", lambda w: w.menus.open_search(), "Ctrl+K"),
     Action("send", "&Send", "Chat", lambda w: w.send(), "Ctrl+Return"),
     Action("stop", "S&top", "Chat", lambda w: w.session.stop(), "Esc"),
     Action("answer_now", "&Answer now", "Chat", lambda w: w.session.answer_now(), "Ctrl+Shift+Return"),
     Action("regenerate", "&Regenerate", "Chat", lambda w: w.session.regenerate(), "Ctrl+R"),
     Action("continue_answer", "C&ontinue the reply", "Chat", lambda w: w.session.continue_answer(), "Ctrl+Shift+R"),
+    # The newest turn with other tries (usually the last reply): the window's "◀ ▶" without the mouse.
+    Action("previous_branch", "&Previous branch", "Chat", lambda w: w.conversation_actions.switch_newest(-1),
+           "Alt+Left"),
+    Action("next_branch", "Ne&xt branch", "Chat", lambda w: w.conversation_actions.switch_newest(+1), "Alt+Right"),
+    Action("edit_last_question", "&Edit the last question", "Chat", lambda w: w.conversation_actions.edit_last(),
+           "Ctrl+Up", also="Up in an empty prompt"),
     Action("copy_answer", "&Copy answer", "Chat", _copy_answer, "Ctrl+Shift+C"),
     Action("focus_prompt", "&Focus the prompt", "Chat", lambda w: w.prompt.setFocus(), "Ctrl+L"),
-    Action("rename_conversation", "Re&name conversation…", "Chat", lambda w: w.rename_conversation(), "F2"),
-    Action("delete_conversation", "&Delete conversation…", "Chat", lambda w: w.delete_conversation()),
+    Action("rename_conversation", "Re&name conversation…", "Chat", lambda w: w.conversation_actions.rename(),
+           "F2"),
+    Action("delete_conversation", "&Delete conversation…", "Chat", lambda w: w.conversation_actions.delete()),
     Action("restart_engine", "&Restart engine", "Engine", lambda w: w.controller.start_engine()),
     Action("choose_model", "Choose &model…", "Engine", lambda w: w.menus.open_model_chooser()),
     Action("measure", "Measure &FP8…", "Engine", lambda w: w.menus.open_measure_dialog()),
@@ -76,5 +85,8 @@ BY_ID = {action.id: action for action in ACTIONS}
 
 def shortcut_rows() -> list[tuple[str, str, str]]:
     """(menu, title, shortcut) of every action, in menu order, as Help → Keyboard shortcuts lists them."""
-    return [(action.menu, action.label, action.keys().toString(QKeySequence.SequenceFormat.NativeText))
-            for menu in MENUS for action in ACTIONS if action.menu == menu]
+    def keys(action: Action) -> str:
+        text = action.keys().toString(QKeySequence.SequenceFormat.NativeText)
+        return f"{text}, or {action.also}" if action.also else text
+
+    return [(action.menu, action.label, keys(action)) for menu in MENUS for action in ACTIONS if action.menu == menu]

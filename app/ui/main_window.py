@@ -16,7 +16,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QInputDialog, QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
 from app.core.chat.conversation import Conversation
@@ -38,6 +38,7 @@ from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
 from app.ui.controllers.operations import OperationError, runner
 from app.ui.controllers.tools_controller import ToolsController
+from app.ui.conversation_actions import ConversationActions
 from app.ui.window_menus import WindowMenus
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class MainWindow(QMainWindow):
     controller: EngineController
     session: ChatSession
     menus: WindowMenus
+    conversation_actions: ConversationActions
     prompt: PromptEdit
     chat_view: ChatView
 
@@ -64,6 +66,7 @@ class MainWindow(QMainWindow):
         self.tools = ToolsController(self)  # the MCP servers of Settings → Tools, on their own thread
         self.session = ChatSession(self.controller, history or HistoryStore(), self, tools=self.tools)
         self._build_widgets()
+        self.conversation_actions = ConversationActions(self)  # rename, delete, the thread's links, branches
         self.menus = WindowMenus(self, self.controller, self.session, self.tools, self.gauges)
         self._connect()
         _connect_tools(self)
@@ -127,8 +130,8 @@ class MainWindow(QMainWindow):
         self.banner.action_clicked.connect(controller.retry)
         lst = self.conversation_list
         lst.new_button.clicked.connect(store.new_conversation)
-        lst.rename_button.clicked.connect(self.rename_conversation)
-        lst.delete_button.clicked.connect(self.delete_conversation)
+        lst.rename_button.clicked.connect(self.conversation_actions.rename)
+        lst.delete_button.clicked.connect(self.conversation_actions.delete)
         lst.list.selectionModel().currentRowChanged.connect(lambda current, _: store.select(current.row()))
 
     # ---- state ---------------------------------------------------------------------------------
@@ -163,6 +166,7 @@ class MainWindow(QMainWindow):
         log.info("engine ready: %s · KV %s · %d tokens · loaded in %.1f s", ready.model, ready.kv_cache_dtype,
                  ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
+        self.conversation_actions.show_context()
         self.controls.show_family(model_family(ready.model), self.controller.settings.sampling.reasoning_effort)
         self.refresh_state()
         self.prompt.setFocus()
@@ -181,24 +185,11 @@ class MainWindow(QMainWindow):
         self.controls.think_switch.show_chat(conversation.thinking)
         self.controls.tools_switch.show_chat(conversation.tools)
         self.chat_view.show_conversation(conversation)
+        self.conversation_actions.show_context()
         if conversation.turns and conversation.turns[-1].finish_reason == "interrupted":
             self.show_notice("This reply was interrupted: Nalar closed while it streamed. "
                              "Regenerate to get a complete one.")
         self.refresh_state()
-
-    # ---- conversations -------------------------------------------------------------------------
-
-    def rename_conversation(self) -> None:
-        title, ok = QInputDialog.getText(self, "Rename conversation", "Title:", text=self.session.conversation.title)
-        if ok and title.strip():
-            self.session.store.rename(title.strip())
-
-    def delete_conversation(self) -> None:
-        conversation = self.session.conversation
-        if conversation.turns and QMessageBox.question(
-                self, "Delete conversation", f"Delete “{conversation.title}”?") != QMessageBox.StandardButton.Yes:
-            return
-        self.session.store.delete_current()
 
     # ---- a reply ---------------------------------------------------------------------------
 
@@ -216,7 +207,7 @@ class MainWindow(QMainWindow):
             text = question
         self.prompt.clear()
         self.attachments.clear()
-        await self.session.send(text)
+        await self.session.send(text, self.session.question_edit.take())  # an edit: a new branch at its question
 
     def attach(self, paths: list[Path]) -> None:
         self.attachments.counter = model_counter(self.controller.settings)

@@ -23,6 +23,7 @@ from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.dialogs.measure_dialog import MeasureDialog
+from app.ui.dialogs.search_dialog import SearchDialog
 from app.ui.dialogs.settings_dialog import SettingsDialog
 from app.ui.dialogs.shortcuts_dialog import ShortcutsDialog
 from app.ui.dialogs.welcome_dialog import WelcomeDialog
@@ -65,6 +66,15 @@ class WindowMenus(QObject):
 
     def open_shortcuts(self) -> ShortcutsDialog:
         dialog = ShortcutsDialog(shortcut_rows(), parent=self.window)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    def open_search(self) -> SearchDialog:
+        """Ctrl+K: the history's search; a chosen result opens its conversation at its message, on its branch."""
+        history = self.session.history
+        dialog = SearchDialog(lambda query, thinking: history.search(query, thinking=thinking), parent=self.window)
+        dialog.chosen.connect(self.window.conversation_actions.open_hit)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog

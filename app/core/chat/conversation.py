@@ -124,6 +124,22 @@ class Conversation:
         tries = self.children(turn.parent)
         return tries.index(turn), len(tries)
 
+    def branch_places(self) -> list[tuple[int, int]]:
+        """``siblings`` for every shown turn in one pass over the tree (a 500-turn thread draws in one go)."""
+        tries: dict[int, list[Turn]] = {}
+        for turn in self.tree:
+            tries.setdefault(id(turn.parent), []).append(turn)
+        places = []
+        for turn in self.turns:
+            same = tries.get(id(turn.parent), [turn])
+            places.append((next(i for i, other in enumerate(same) if other is turn), len(same)))
+        return places
+
+    def newest_branch_point(self) -> int | None:
+        """The index of the last shown turn that has other tries (what Alt+Left/Right switch), or None."""
+        places = self.branch_places()
+        return next((i for i in reversed(range(len(places))) if places[i][1] > 1), None)
+
     def show(self, turn: Turn) -> None:
         """Show the branch through ``turn``, down to its newest leaf."""
         while children := self.children(turn):

@@ -30,9 +30,14 @@ def model_counter(settings: Settings) -> TokenCounter:
 def context_fit(settings: Settings, conversation: Conversation, question: str, counter: TokenCounter) -> ContextFit:
     """What the next request would hold: the conversation so far, the question with its files, and room
     for the reply (answer tokens, and the think budget)."""
-    history = sum(counter.count(turn.user) + counter.count(turn.answer) for turn in conversation.turns)
+    history = branch_tokens(conversation, counter)
     room = settings.sampling.max_tokens + settings.sampling.think_budget
     return ContextFit(settings.engine.max_model_len, history + counter.count(question), room)
+
+
+def branch_tokens(conversation: Conversation, counter: TokenCounter) -> int:
+    """The questions and answers of the branch shown: what the model reads again on the next send."""
+    return sum(counter.count(turn.user) + counter.count(turn.answer) for turn in conversation.turns)
 
 
 class AttachmentsBar(QWidget):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
@@ -21,13 +21,19 @@ from app.ui.chat.panes import AnswerPane, ThinkingPane
 from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
+TURN_SCHEME = "nalar-turn"  # nalar-turn:INDEX/ACTION, a link on the shown turn at INDEX (never model text)
+TURN_ACTIONS = ("prev", "next", "edit", "fork", "delete")
 
 
 class ChatView(QWidget):
     """Shows a conversation and the reply streaming into its last turn.
 
     Its only state is which thread the transcript shows (conversation id, turns), so a send can append.
+    A question's links (its branch navigator "◀ 2/3 ▶", Edit, New chat from here,
+    Delete branch) emit ``turn_action``; the window acts on them.
     """
+
+    turn_action = Signal(int, str)  # (index of the shown turn, one of TURN_ACTIONS)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -35,7 +41,7 @@ class ChatView(QWidget):
         self.transcript.setObjectName("Transcript")
         self.transcript_document = AnswerDocument(self.transcript, self._redraw_thread)  # answers, maths, links
         self._conversation: Conversation | None = None
-        self._shown: tuple[str, int] | None = None  # (conversation id, turns) the transcript shows
+        self._shown: tuple[str, list[Turn]] | None = None  # (conversation id, the turns) the transcript shows
         self.reply = Reply()  # until ``observe`` gives the session's
         self.thinking_pane = ThinkingPane(source=lambda: self.reply.trace)
         self.answer_pane = AnswerPane(source=lambda: self.reply.answer)
@@ -53,6 +59,12 @@ class ChatView(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.thread_split)
         self.thinking_pane.fold_changed.connect(self.on_thinking_folded)
+        self.transcript.anchorClicked.connect(self._on_anchor)
+
+    def _on_anchor(self, url: QUrl) -> None:
+        index, _, action = url.path().partition("/")
+        if url.scheme() == TURN_SCHEME and index.isdigit() and action in TURN_ACTIONS:
+            self.turn_action.emit(int(index), action)
 
     def observe(self, reply: Reply) -> None:
         """The live panes follow ``reply``: each of its changes is drawn as it happens."""
@@ -99,18 +111,21 @@ class ChatView(QWidget):
         """
         turns = conversation.turns
         self._conversation = conversation
-        if len(turns) >= 2 and self._shown == (conversation.id, len(turns) - 1):
+        places = conversation.branch_places()
+        if len(turns) >= 2 and self._shows_all_but_last(conversation):
             cursor = QTextCursor(self.transcript.document())
             cursor.movePosition(QTextCursor.MoveOperation.End)
             cursor.insertBlock()  # as setHtml ends a table: the reply starts below it
-            cursor.insertHtml(_reply(turns[-2], self.transcript_document) + _question(turns[-1]))
+            cursor.insertHtml(_reply(turns[-2], self.transcript_document)
+                              + _question(turns[-1], len(turns) - 1, places[-1]))
         else:
             self.transcript_document.clear()
-            parts = [_question(turn) + _reply(turn, self.transcript_document) for turn in turns[:-1]]
+            parts = [_question(turn, i, places[i]) + _reply(turn, self.transcript_document)
+                     for i, turn in enumerate(turns[:-1])]
             if turns:
-                parts.append(_question(turns[-1]))
+                parts.append(_question(turns[-1], len(turns) - 1, places[-1]))
             self.transcript.setHtml("".join(parts))
-        self._shown = (conversation.id, len(turns))
+        self._shown = (conversation.id, list(turns))
         self.transcript.setVisible(bool(turns))  # no empty box above a new conversation
         bar = self.transcript.verticalScrollBar()
         bar.setValue(bar.maximum())
@@ -119,6 +134,17 @@ class ChatView(QWidget):
         needed = int(self.transcript.document().size().height()) + 2 * self.transcript.frameWidth() + 4
         top = max(40, min(needed, int(total * 0.4)))
         self.thread_split.setSizes([top, total - top])
+
+    def _shows_all_but_last(self, conversation: Conversation) -> bool:
+        """The transcript shows this branch but its new last question (a send), not another branch as long."""
+        if self._shown is None or self._shown[0] != conversation.id:
+            return False
+        shown, turns = self._shown[1], conversation.turns
+        return len(shown) == len(turns) - 1 and all(a is b for a, b in zip(shown, turns, strict=False))
+
+    def scroll_to_turn(self, index: int) -> None:
+        """The thread scrolled to the question of the shown turn at ``index`` (a search result's)."""
+        self.transcript.scrollToAnchor(f"turn-{index}")
 
     def _redraw_thread(self) -> None:
         """A formula in the thread was drawn: the thread again, whole."""
@@ -179,9 +205,28 @@ def _text(text: str) -> str:
     return html.escape(text).replace("\n", "<br>")
 
 
-def _question(turn: Turn) -> str:
-    return (f'<table width="100%" cellpadding="6" style="margin-top: 6px"><tr><td bgcolor="#e3eaf6">'
-            f'<span style="color: #1b2a44"><b>You</b><br>{_text(turn.user)}</span></td></tr></table>')
+def _turn_link(index: int, action: str, text: str) -> str:
+    return f'<a href="{TURN_SCHEME}:{index}/{action}" style="text-decoration: none">{text}</a>'
+
+
+def _navigator(index: int, place: int, count: int) -> str:
+    """ "◀ 2/3 ▶" for a turn with other tries; an arrow at the end of the tries is greyed, not a link."""
+    if count < 2:
+        return ""
+    back = _turn_link(index, "prev", "◀") if place > 0 else '<span style="color: #a0a8b8">◀</span>'
+    forward = _turn_link(index, "next", "▶") if place < count - 1 else '<span style="color: #a0a8b8">▶</span>'
+    return f"&nbsp;&nbsp;&nbsp;{back}&nbsp;{place + 1}/{count}&nbsp;{forward}"
+
+
+def _question(turn: Turn, index: int, place: tuple[int, int]) -> str:
+    """The question with its links: its tries' navigator and Edit. The user's text is escaped; links are ours."""
+    links = "&nbsp;&nbsp;&nbsp;<small>" + " · ".join(
+        _turn_link(index, action, text) for action, text in (
+            ("edit", "Edit"), ("fork", "New chat from here"), ("delete", "Delete branch"))) + "</small>"
+    return (f'<a name="turn-{index}"></a><table width="100%" cellpadding="6" style="margin-top: 6px"><tr>'
+            f'<td bgcolor="#e3eaf6"><span style="color: #1b2a44"><b>You</b>{_navigator(index, *place)}{links}<br>'
+            f'{_text(turn.user)}'
+            f'</span></td></tr></table>')
 
 
 def _tool_calls(turn: Turn) -> str:

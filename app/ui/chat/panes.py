@@ -331,9 +331,11 @@ class AnswerPane(QFrame):
 
 
 class PromptEdit(QPlainTextEdit):
-    """Enter sends; Shift+Enter adds a newline. Files dropped or pasted on it are attached, not typed."""
+    """Enter sends; Shift+Enter adds a newline; Up, while empty, asks to edit the last question. Files
+    dropped or pasted on it are attached, not typed."""
 
     submitted = Signal()
+    edit_last = Signal()  # Up in the empty prompt
     files_given = Signal(list)  # list[Path]: local files dropped or pasted
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -359,6 +361,10 @@ class PromptEdit(QPlainTextEdit):
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
                 event.modifiers() & Qt.KeyboardModifier.ShiftModifier):
             self.submitted.emit()
+            return
+        if (event.key() == Qt.Key.Key_Up and event.modifiers() == Qt.KeyboardModifier.NoModifier
+                and not self.toPlainText()):
+            self.edit_last.emit()
             return
         super().keyPressEvent(event)
 

@@ -7,6 +7,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 
 from app.core.models.model_families import ModelFamily
 from app.core.settings.settings import ReasoningEffort
+from app.ui.chat.plain_text import plain_label
 from app.ui.chat.think_switch import EffortChoice, ThinkSwitch, ToolsSwitch
 
 
@@ -24,12 +25,25 @@ class ReplyControls(QWidget):
         self.continue_button = QPushButton("Continue")
         self.continue_button.setToolTip("The reply stopped at its token limit: go on from where it stopped")
         self.copy_button = QPushButton("Copy answer")
+        self.edit_label = plain_label()  # shown while the prompt holds an earlier question being edited
+        self.edit_label.setObjectName("EditLabel")
+        self.cancel_edit_button = QPushButton("Cancel edit")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for button in (self.send_button, self.think_switch, self.effort_choice, self.tools_switch, self.stop_button,
                        self.answer_now_button, self.regenerate_button, self.continue_button, self.copy_button):
             layout.addWidget(button)
         layout.addStretch(1)
+        layout.addWidget(self.edit_label)
+        layout.addWidget(self.cancel_edit_button)
+        self.show_editing(None)
+
+    def show_editing(self, index: int | None) -> None:
+        """Which question the prompt edits (its number on the branch shown), or None: a new question."""
+        self.edit_label.setText("" if index is None else
+                                f"Editing question {index + 1}: Send makes a new branch there; the old one stays.")
+        self.edit_label.setVisible(index is not None)
+        self.cancel_edit_button.setVisible(index is not None)
 
     def show_family(self, family: ModelFamily, effort: ReasoningEffort) -> None:
         """The loaded model's family: how the Think switch behaves, and gpt-oss's effort beside it."""

@@ -2,7 +2,8 @@
 
 Each job has its own object: ``store`` (ConversationStore) the conversations and their saving, ``reply``
 (core's Qt-free Reply) the reply's text and state, which the panes observe and ``feed`` (ReplyFeed) fills
-from the bridge, ``tool_loop`` (ToolLoop) a reply's tool rounds and their bounds. The session sends,
+from the bridge, ``tool_loop`` (ToolLoop) a reply's tool rounds and their bounds, ``question_edit``
+(QuestionEdit) the earlier question the prompt holds, which a send makes a new branch. The session sends,
 regenerates, stops, saves partial replies every second and aborts on close; tests drive it without a window.
 """
 
@@ -21,16 +22,18 @@ from app.core.settings.settings import SamplingConfig, changed
 from app.engine.events import Finished
 from app.engine.requests import Resume, ToolChoice
 from app.tools.mcp_client import ToolInfo
+from app.ui.controllers.continuations import ReplyContinuations
 from app.ui.controllers.conversation_store import ConversationStore
 from app.ui.controllers.engine_controller import EngineController
-from app.ui.controllers.reply_feed import CANT_CONTINUE, LoopRecord, ReplyFeed, length_resume_point
+from app.ui.controllers.question_edit import QuestionEdit
+from app.ui.controllers.reply_feed import LoopRecord, ReplyFeed
 from app.ui.controllers.tool_loop import ToolLoop
 from app.ui.controllers.tools_controller import ToolsController
 
 PARTIAL_SAVE_MS = 1000
 
 
-class ChatSession(QObject):
+class ChatSession(ReplyContinuations, QObject):
     """The conversations (``store``), the reply in the panes (``reply``), and at most one streaming request."""
 
     reply_started = Signal(object)    # the Conversation whose last turn is being answered
@@ -41,10 +44,10 @@ class ChatSession(QObject):
     def __init__(self, controller: EngineController, history: HistoryStore, parent: QObject | None = None,
                  tools: ToolsController | None = None) -> None:
         super().__init__(parent)
-        self.controller = controller
-        self.tools = tools
+        self.controller, self.tools = controller, tools
         self.store = ConversationStore(history, lambda: self.streaming, lambda: controller.settings.sampling.thinking,
                                        self)
+        self.question_edit = QuestionEdit(self.store, self)  # an earlier question the prompt holds, if any
         self.reply = Reply()
         self.feed = ReplyFeed(controller.bridge, self.reply, self)
         self.tool_loop = ToolLoop(tools, self) if tools is not None else None
@@ -95,43 +98,6 @@ class ChatSession(QObject):
             return
         conversation.branch_at(len(conversation.turns) - 1)
         await self._run_reply(conversation)
-
-    @asyncSlot()
-    async def continue_past_loop(self) -> None:
-        """The repetition was wanted: go on with the reply the guard cut, with the guard off for it.
-
-        The reply goes on from where it was cut (the kept thinking after a thinking loop, the kept
-        answer after an answer loop). An engine that can't resume (a remote server), or a reply with
-        no cut, is answered again instead, with the guard off."""
-        conversation = self.conversation
-        if self.streaming or not conversation.turns or not self.controller.engine_ready:
-            return
-        turn = conversation.turns[-1]
-        resume = self._loops.resume_point(turn) if self.controller.bridge.engine.can_resume else None
-        self._loops.continue_past(turn)
-        if resume is None:
-            conversation.branch_at(len(conversation.turns) - 1)
-        await self._run_reply(conversation, self.controller.settings.sampling.with_loop_guard(enabled=False), resume)
-
-    @asyncSlot()
-    async def continue_answer(self) -> None:
-        """A reply cut at max tokens goes on from where it stopped, into the same turn: the engine reads the
-        prompt, the kept thinking and answer (the prefix cache keeps that cheap) and writes on."""
-        conversation = self.conversation
-        if self.streaming or not conversation.turns or not self.controller.engine_ready:
-            return
-        if (resume := length_resume_point(conversation.turns[-1])) is None:
-            return
-        if not self.controller.bridge.engine.can_resume:
-            self.notice.emit(CANT_CONTINUE)
-            return
-        await self._run_reply(conversation, resume=resume)
-
-    @property
-    def can_continue(self) -> bool:
-        """The shown reply ended at max tokens, so Continue applies."""
-        turn = self.store.last_turn
-        return turn is not None and length_resume_point(turn) is not None
 
     async def _run_reply(self, conversation: Conversation, sampling: SamplingConfig | None = None,
                          resume: Resume | None = None) -> None:

@@ -115,6 +115,22 @@ class ConversationStore(QObject):
         self.history.add_conversations([forked])
         self.select(self.model.append(forked))
 
+    def open_message(self, conversation_id: str, message_id: int | None) -> int | None:
+        """Show a conversation (a search result) on the branch that holds its message ``message_id`` (None: as
+        it was shown), remembered as the one shown. The message's index on that branch, or None: not opened."""
+        row = next((r for r in range(len(self.model)) if self.model[r].id == conversation_id), None)
+        if row is None or self._busy():
+            return None
+        conversation = self.model[row]
+        turn = next((t for t in conversation.tree if message_id is not None and t.message_id == message_id), None)
+        if turn is not None and turn not in conversation.turns:
+            conversation.show(turn)
+            self.history.set_leaf(conversation)
+            if row == self.current_row:
+                self.current_changed.emit(row)
+        self.select(row)
+        return conversation.turns.index(turn) if turn is not None else None
+
     def import_file(self, path: Path) -> list[Conversation]:
         """Conversations from a file (Nalar's JSON export, or a message list), stored and listed, the last one
         shown. A bad file raises ImportProblem before anything is stored."""

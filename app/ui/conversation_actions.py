@@ -1,0 +1,114 @@
+"""What the window does to conversations beyond a reply: rename and delete them, and act on the thread's
+links and the branch actions (another try of a turn: the navigator, Alt+Left/Right), with the context gauge
+kept on the branch shown.
+
+The state is the conversation's (its shown leaf, in core's Qt-free ``Conversation``) and the store's; this
+object only turns a click or a key into a call on them, asks before what can't be undone, and draws what
+follows in the gauge.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+from app.core.chat.history_search import SearchHit
+from app.ui.chat.attachments_bar import branch_tokens, model_counter
+
+if TYPE_CHECKING:
+    from app.ui.main_window import MainWindow
+
+STEPS = {"prev": -1, "next": +1}
+
+
+class ConversationActions(QObject):
+    """The window's conversation commands and thread links (``ChatView.turn_action``), on the shown chat."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.store = window.session.store
+        window.chat_view.turn_action.connect(self.on_turn_action)
+        self.question_edit = window.session.question_edit
+        self.question_edit.changed.connect(window.controls.show_editing)
+        window.controls.cancel_edit_button.clicked.connect(self.cancel_edit)
+        window.prompt.edit_last.connect(lambda: window.menus.trigger("edit_last_question"))
+
+    def rename(self) -> None:
+        title, ok = QInputDialog.getText(self.window, "Rename conversation", "Title:",
+                                         text=self.store.conversation.title)
+        if ok and title.strip():
+            self.store.rename(title.strip())
+
+    def delete(self) -> None:
+        conversation = self.store.conversation
+        if conversation.turns and QMessageBox.question(
+                self.window, "Delete conversation",
+                f"Delete “{conversation.title}”?") != QMessageBox.StandardButton.Yes:
+            return
+        self.store.delete_current()
+
+    def on_turn_action(self, index: int, action: str) -> None:
+        if action in STEPS:
+            self.store.switch_branch(index, STEPS[action])
+        elif action == "edit":
+            self.edit(index)
+        elif action == "fork":
+            self.store.fork(index)
+        elif action == "delete":
+            self.delete_branch(index)
+
+    def delete_branch(self, index: int) -> None:
+        """This turn and all that follows it on every branch below it; its other tries stay, one of them shown."""
+        conversation = self.store.conversation
+        if self.window.session.streaming or not 0 <= index < len(conversation.turns):
+            return
+        _place, tries = conversation.siblings(index)
+        below = "the turns after it" if index < len(conversation.turns) - 1 else "its reply"
+        if QMessageBox.question(
+                self.window, "Delete this branch",
+                f"Delete question {index + 1}, {below} and every branch below it? "
+                f"{'Its other tries stay.' if tries > 1 else 'The turns before it stay.'}"
+        ) == QMessageBox.StandardButton.Yes:
+            self.store.delete_branch(index)
+
+    def edit(self, index: int) -> None:
+        """The question at ``index`` goes into the prompt; sending it makes a new branch there."""
+        if (text := self.question_edit.begin(index, busy=self.window.session.streaming)) is not None:
+            prompt = self.window.prompt
+            prompt.setPlainText(text)
+            prompt.moveCursor(prompt.textCursor().MoveOperation.End)
+            prompt.setFocus()
+
+    def edit_last(self) -> None:
+        """Up in an empty prompt (or the menu): edit the last question of the branch shown."""
+        if turns := self.store.conversation.turns:
+            self.edit(len(turns) - 1)
+
+    def cancel_edit(self) -> None:
+        self.question_edit.cancel()
+        self.window.prompt.clear()
+
+    def open_hit(self, hit: SearchHit) -> None:
+        """A search result: its conversation, on the branch that holds its message, scrolled to it."""
+        if self.window.session.streaming:
+            self.window.show_notice("A reply is under way: the result opens once it ends (or is stopped).")
+            return
+        if (index := self.store.open_message(hit.conversation_id, hit.message_id)) is not None:
+            self.window.chat_view.scroll_to_turn(index)
+
+    def switch_newest(self, step: int) -> bool:
+        """Alt+Left/Right: the previous or next try of the newest turn that has others (usually the last reply)."""
+        index = self.store.conversation.newest_branch_point()
+        return index is not None and self.store.switch_branch(index, step)
+
+    def show_context(self) -> None:
+        """The context gauge follows the branch shown: what the model will read on the next send."""
+        controller = self.window.controller
+        if not controller.engine_ready or controller.bridge.ready is None:
+            return
+        counter = model_counter(controller.settings)
+        self.window.gauges.show_context(branch_tokens(self.store.conversation, counter),
+                                        controller.bridge.ready.max_model_len, estimate=not counter.exact)
