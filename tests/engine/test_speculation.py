@@ -8,6 +8,7 @@ import importlib.util
 import pytest
 
 from app.core.models.embedded_model import embedded_model_dir
+from app.core.models.model_catalog import R1_DRAFT
 from app.core.settings.settings import EngineConfig, Settings, load_settings, save_settings
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import SpecDecodeFigures, SpeculationVerdict, StartPlan
@@ -15,6 +16,7 @@ from app.engine.local.engine_start import LocalStart, engine_arguments
 from app.engine.local.kv_stats import KvStats, stat_logger_class
 from app.engine.machine import speculation
 from app.engine.reply.stream import ReplyStream
+from tests.support.downloads import R1_7B, fake_download
 
 MODEL = str(embedded_model_dir())
 HAS_ARCTIC = importlib.util.find_spec("arctic_inference") is not None
@@ -115,3 +117,22 @@ def test_speculation_settings_round_trip(tmp_path) -> None:
     loaded, notice = load_settings(path)
     assert notice is None and loaded.engine == settings.engine
     assert Settings().engine.speculative_method == "off"
+
+
+def test_the_catalog_pairs_the_r1_distills_with_the_small_distill_and_vllm_accepts_the_pair() -> None:
+    """Bug caught: the catalog's pair sent as vLLM refuses it. The 1.5B distill's vocabulary has 151,936 rows
+    and the 7B's 152,064 for one tokenizer; vLLM's own validation (run here on the shipped configs, FP8 KV)
+    refuses that unless use_heterogeneous_vocab maps the tokens. Also: the pair used before it is downloaded."""
+    target = fake_download(R1_7B)
+    config = EngineConfig(speculative_method="draft_model", kv_cache_dtype="fp8_e4m3")
+    assert speculation.speculative_config(config, str(target))["model"] == str(target), "no draft here yet"
+    draft = fake_download(R1_DRAFT)
+    spec = speculation.speculative_config(config, str(target))
+    assert spec == {"method": "draft_model", "num_speculative_tokens": 4, "model": str(draft),
+                    "use_heterogeneous_vocab": True}
+    assert speculation.speculative_config(EngineConfig(speculative_method="draft_model"), MODEL)["model"] == MODEL
+    engine = {"model": str(target), "tokenizer": MODEL, "skip_tokenizer_init": True, "max_model_len": 4096,
+              "kv_cache_dtype": "fp8_e4m3"}
+    assert speculation.judge_method(engine, spec) is None
+    plain = {k: v for k, v in spec.items() if k != "use_heterogeneous_vocab"}
+    assert "same vocabulary size" in (speculation.judge_method(engine, plain) or "")

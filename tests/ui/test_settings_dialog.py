@@ -6,6 +6,7 @@ import json
 
 from PySide6.QtWidgets import QDialogButtonBox, QMessageBox
 
+from app.core.models.model_catalog import draft_pairing
 from app.core.settings.settings import EngineConfig, LoopGuardConfig, Settings, load_settings
 from app.engine.machine.capability import HardwareProbe
 from app.engine.scripted import ScriptedEngineDouble
@@ -170,3 +171,19 @@ def test_the_planner_shows_a_draft_models_weights_and_kv(qtbot) -> None:
     dialog.editors[("engine", "speculative_method")].setCurrentIndex(
         dialog.editors[("engine", "speculative_method")].findData("ngram"))
     assert "no extra weights or KV" in dialog.planner_view.toPlainText()
+
+
+def test_the_planner_shows_the_catalogs_draft_before_it_is_downloaded(qtbot) -> None:
+    """Bug caught: the pair's memory missing from "What fits" until the draft is downloaded. The 1.5B
+    distill's KV: 28 layers × 2 KV heads × 128 dims × K and V × 1 byte at FP8 = 14,336 bytes a token."""
+    from tests.support.downloads import R1_7B, fake_download
+
+    target = fake_download(R1_7B)
+    dialog = make_dialog(qtbot, Settings(engine=EngineConfig(model=str(target), speculative_method="draft_model",
+                                                             kv_cache_dtype="fp8_e4m3", max_model_len=8192)),
+                         AMX)  # FP8 KV offered (a CPU without AVX-512 plans bf16)
+    text = " ".join(dialog.planner_view.toPlainText().split())
+    assert "Draft model DeepSeek-R1-Distill-Qwen-1.5B, the catalog's pair (not downloaded yet" in text
+    assert "KV 14,336 bytes/token more" in text and f"weights {3.55e9 / (1 << 30):.2f} GiB" in text
+    assert "use_heterogeneous_vocab" in text
+    assert draft_pairing("Qwen/QwQ-32B-AWQ") is None, "the catalog pairs QwQ with nothing"

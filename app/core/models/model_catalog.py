@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.models.hub_download import download_dir, is_complete
 from app.core.models.model_folder import folder_problem
 from app.core.models.planner import GIB, Plan, plan, utilization_for_free_vram
 from app.core.settings import paths
@@ -34,20 +35,24 @@ class CatalogModel:
     quantization: str  # "bf16" or "AWQ 4-bit"
     gpu_memory_utilization: float = 0.90
     note: str = ""
+    draft: str = ""  # repo id of the catalog model that drafts for it (speculative decoding): same tokenizer
 
     def config(self) -> dict[str, Any]:
         path = paths.resources_dir() / "model_configs" / f"{self.config_name}.json"
         return json.loads(path.read_text(encoding="utf-8"))
 
 
+# The R1 distills share Qwen2.5's tokenizer; the 1.5B one is distilled from the same R1 traces as the others.
+R1_DRAFT = "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
+
 # Smallest first. Weight sizes are those of the published safetensors (AWQ keeps embeddings in 16 bit).
 CATALOG: tuple[CatalogModel, ...] = (
     CatalogModel("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "DeepSeek-R1-Distill-Qwen-1.5B",
                  "DeepSeek-R1-Distill-Qwen-1.5B", int(3.55e9), "bf16"),
     CatalogModel("casperhansen/deepseek-r1-distill-qwen-7b-awq", "DeepSeek-R1-Distill-Qwen-7B (AWQ)",
-                 "DeepSeek-R1-Distill-Qwen-7B", int(5.57e9), "AWQ 4-bit"),
+                 "DeepSeek-R1-Distill-Qwen-7B", int(5.57e9), "AWQ 4-bit", draft=R1_DRAFT),
     CatalogModel("casperhansen/deepseek-r1-distill-qwen-14b-awq", "DeepSeek-R1-Distill-Qwen-14B (AWQ)",
-                 "DeepSeek-R1-Distill-Qwen-14B", int(9.99e9), "AWQ 4-bit"),
+                 "DeepSeek-R1-Distill-Qwen-14B", int(9.99e9), "AWQ 4-bit", draft=R1_DRAFT),
     # MXFP4 experts (the published safetensors; attention, router and embeddings stay bf16). vLLM runs the
     # experts on Marlin on RTX cards (engine/machine/gpt_oss_gate.py); its KV grows with its 12 full layers only.
     CatalogModel("openai/gpt-oss-20b", "gpt-oss-20b (MXFP4)", "gpt-oss-20b", int(13.76e9), "MXFP4",
@@ -107,6 +112,38 @@ def best(recs: list[Recommendation]) -> Recommendation | None:
     """The largest model that fits, or None when none does (the embedded model is then the choice)."""
     fitting = [r for r in recs if r.fits]
     return max(fitting, key=lambda r: r.model.weight_bytes) if fitting else None
+
+
+def catalog_entry(model: str) -> CatalogModel | None:
+    """The catalog model a setting names: its hub id, or the folder Nalar downloaded it to."""
+    name = Path(model).expanduser().name if model else ""
+    for entry in CATALOG:
+        if model == entry.repo_id or (name and name == download_dir(entry.repo_id).name):
+            return entry
+    return None
+
+
+@dataclass(frozen=True)
+class DraftPairing:
+    """The catalog's draft for a model. ``folder`` is its download when complete, else None (not here yet).
+    ``heterogeneous_vocab``: the two vocabularies differ in size (the 1.5B distill has 151,936 rows, the 7B and
+    14B 152,064 for one tokenizer), which vLLM refuses unless ``use_heterogeneous_vocab`` maps the tokens."""
+
+    target: CatalogModel
+    draft: CatalogModel
+    folder: Path | None
+    heterogeneous_vocab: bool
+
+
+def draft_pairing(model: str) -> DraftPairing | None:
+    """The catalog's pair for ``model``, or None when the catalog pairs it with nothing."""
+    target = catalog_entry(model)
+    draft = catalog_entry(target.draft) if target and target.draft else None
+    if target is None or draft is None:
+        return None
+    folder = download_dir(draft.repo_id)
+    differ = target.config().get("vocab_size") != draft.config().get("vocab_size")
+    return DraftPairing(target, draft, folder if is_complete(folder) else None, differ)
 
 
 def validate_model_folder(folder: Path) -> str | None:

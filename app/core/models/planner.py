@@ -291,9 +291,15 @@ class DraftCost:
 def draft_cost(draft_dir: Path, max_model_len: int, kv_cache_dtype: str) -> DraftCost:
     """The draft's weights (safetensors headers) and KV at this context and dtype, from its config.json."""
     config = load_model_config(draft_dir)
-    per_token = attention_shape(config).kv_bytes_per_token(kv_cache_dtype)
     weights = read_safetensors_weight_bytes(draft_dir) or estimate_weight_bytes(config)  # no safetensors: estimated
-    return DraftCost(str(draft_dir), weights, per_token, per_token * max_model_len)
+    return draft_cost_for(config, weights, str(draft_dir), max_model_len, kv_cache_dtype)
+
+
+def draft_cost_for(config: dict[str, Any], weight_bytes: int, name: str, max_model_len: int,
+                   kv_cache_dtype: str) -> DraftCost:
+    """A draft's cost from its config and weight size (a catalog draft is planned before it is downloaded)."""
+    per_token = attention_shape(config).kv_bytes_per_token(kv_cache_dtype)
+    return DraftCost(name, weight_bytes, per_token, per_token * max_model_len)
 
 
 def measure_host_bandwidth_gbps(megabytes: int = 256, repeats: int = 5) -> float:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, get_args
 
+from app.core.models.model_catalog import catalog_entry, draft_pairing
+from app.core.models.planner import PlannerError, load_model_config
 from app.core.settings.settings import EngineConfig, SpeculativeMethod
 from app.engine.events import SpeculationVerdict
 
@@ -35,8 +38,34 @@ def speculative_config(config: EngineConfig, model: str,
     elif method == "suffix":
         spec.pop("num_speculative_tokens")  # suffix decides its own depth (vLLM defaults it to the tree's)
     elif method == "draft_model":
-        spec["model"] = config.draft_model or model  # no pairing: the model drafts for itself (a smoke test)
+        spec.update(draft_model_spec(config.draft_model, model))
     return spec
+
+
+def draft_model_spec(draft: str, model: str) -> dict[str, Any]:
+    """The draft's part of the config: the setting's draft, else the catalog's pair once downloaded, else the
+    model itself (a smoke test, never faster). Vocabularies of different sizes go through vLLM's token mapping,
+    since its validation refuses them otherwise; the validation still judges the result."""
+    pairing = draft_pairing(model)
+    if not draft and pairing is not None and pairing.folder is not None:
+        draft = str(pairing.folder)
+    spec: dict[str, Any] = {"model": draft or model}
+    sizes = vocab_size(spec["model"]), vocab_size(model)
+    if None not in sizes and sizes[0] != sizes[1]:
+        spec["use_heterogeneous_vocab"] = True
+    return spec
+
+
+def vocab_size(model: str) -> int | None:
+    """What vLLM compares (the text model's vocab_size): from a local folder's config.json or the catalog's
+    shipped one; None for a hub id Nalar has no config of."""
+    entry = catalog_entry(model)
+    try:
+        config = load_model_config(Path(model).expanduser()) if entry is None else entry.config()
+    except PlannerError:
+        return None
+    size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    return int(size) if size else None
 
 
 def vllm_reason(exc: BaseException) -> str:

@@ -10,13 +10,16 @@ from PySide6.QtWidgets import QTextBrowser
 
 from app.core.measure.fp8_scales import fp8_scales_text
 from app.core.models.embedded_model import embedded_model_dir
+from app.core.models.model_catalog import DraftPairing, draft_pairing
 from app.core.models.model_folder import folder_problem
 from app.core.models.planner import (
     GIB,
+    DraftCost,
     Plan,
     PlannerError,
     bandwidth_for,
     draft_cost,
+    draft_cost_for,
     plan_for_folder,
     utilization_for_free_vram,
 )
@@ -31,6 +34,9 @@ def speculation_note(engine: dict[str, Any], folder: Path) -> str:
         return f"<br>Speculative {method}: no extra weights or KV (it proposes from the text so far)."
     if method != "draft_model":
         return ""
+    pairing = draft_pairing(engine["model"]) if not engine.get("draft_model") else None
+    if pairing is not None:
+        return "<br>" + html.escape(paired_draft_note(pairing, engine["max_model_len"], engine["kv_cache_dtype"]))
     draft = Path(engine["draft_model"]).expanduser() if engine.get("draft_model") else folder
     if folder_problem(draft) is not None:
         return "<br>Draft model: not a local model folder; its memory is planned once it is downloaded."
@@ -39,9 +45,24 @@ def speculation_note(engine: dict[str, Any], folder: Path) -> str:
     except (PlannerError, OSError, ValueError) as exc:
         return f"<br>Draft model: can't plan it: {html.escape(str(exc))}"
     same = " (the model drafts for itself: a smoke test, never faster)" if draft == folder else ""
-    return (f"<br>Draft model{html.escape(same)}: weights {cost.weight_bytes / GIB:.2f} GiB, KV "
-            f"{cost.kv_bytes_per_token:,} bytes/token more ({cost.kv_bytes_per_sequence / GIB:.2f} GiB per "
-            "sequence), from the same KV pool.")
+    return "<br>" + html.escape(f"Draft model{same}: {cost_text(cost)}")
+
+
+def cost_text(cost: DraftCost) -> str:
+    return (f"weights {cost.weight_bytes / GIB:.2f} GiB, KV {cost.kv_bytes_per_token:,} bytes/token more "
+            f"({cost.kv_bytes_per_sequence / GIB:.2f} GiB per sequence), from the same KV pool.")
+
+
+def paired_draft_note(pairing: DraftPairing, max_model_len: int, kv_cache_dtype: str) -> str:
+    """The catalog's draft, planned from its shipped config before it is downloaded."""
+    draft = pairing.draft
+    cost = draft_cost_for(draft.config(), draft.weight_bytes, draft.repo_id, max_model_len, kv_cache_dtype)
+    where = ("downloaded" if pairing.folder is not None else
+             f"not downloaded yet: Engine → Choose model… gets it ({draft.repo_id}); until then the model "
+             "drafts for itself")
+    vocab = (" Its vocabulary is sized differently for the same tokenizer, so vLLM maps the tokens "
+             "(use_heterogeneous_vocab)." if pairing.heterogeneous_vocab else "")
+    return f"Draft model {draft.label}, the catalog's pair ({where}): {cost_text(cost)}{vocab}"
 
 
 class PlannerView(QTextBrowser):
