@@ -228,3 +228,38 @@ def test_export_json_is_valid_after_branching() -> None:
     answered(conversation, store, conversation.branch_at(1, "b"), "B")
     data = json.loads(export_json(conversation))
     assert [m["user"] for m in data["messages"]] == ["q0", "b"]
+
+
+def columns(path: Path, table: str) -> list[tuple]:
+    return [(row["name"], row["type"], row["notnull"], row["dflt_value"])
+            for row in rows(path, f"PRAGMA table_info({table})")]
+
+
+def test_schema_9_columns_come_the_same_through_every_path(tmp_path) -> None:
+    """Bugs caught: the step to 9 adding a column that the step to 7 already made (a schema-6 file then fails
+    to open with "duplicate column"); a migrated file whose columns differ from a new one's (a later
+    INSERT ... SELECT * between them breaks); a schema-8 file losing its turns or its search index on the step."""
+    fresh = tmp_path / "fresh.sqlite3"
+    with sqlite3.connect(fresh) as db:
+        from app.core.chat.history_schema import create_or_migrate
+        create_or_migrate(db)
+    path = history_path()
+    write_schema_6(path)
+    HistoryStore().close()
+    for table in ("conversations", "messages"):
+        assert columns(path, table) == columns(fresh, table)
+    assert {"chat_settings", "thinking_edits", "keep_thinking"} <= {
+        c[0] for t in ("conversations", "messages") for c in columns(path, t)}
+    with sqlite3.connect(path) as db:  # back to a schema-8 file, with its turns and index
+        for table, column in (("conversations", "chat_settings"), ("messages", "thinking_edits"),
+                              ("messages", "keep_thinking")):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        db.execute("PRAGMA user_version = 8")
+    store = HistoryStore()
+    assert rows(path, "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION == 9
+    assert [t.message_id for t in store.conversations()[0].turns] == [1, 2, 3]
+    assert rows(path, "SELECT thinking_edits, keep_thinking FROM messages WHERE id = 1") == [
+        {"thinking_edits": "[]", "keep_thinking": 0}]
+    store.close()
+    for table in ("conversations", "messages"):
+        assert columns(path, table) == columns(fresh, table)

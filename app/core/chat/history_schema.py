@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from app.core.chat.history_search import add_search_index
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 CONVERSATIONS = """
 CREATE TABLE conversations (
@@ -23,7 +23,8 @@ CREATE TABLE conversations (
     tools INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    leaf_id INTEGER REFERENCES messages(id) ON DELETE SET NULL
+    leaf_id INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+    chat_settings TEXT NOT NULL DEFAULT ''
 )"""
 MESSAGES = """
 CREATE TABLE {name} (
@@ -45,7 +46,9 @@ CREATE TABLE {name} (
     loop_guard TEXT NOT NULL DEFAULT '',
     tool_rounds TEXT NOT NULL DEFAULT '[]',
     created_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    updated_at REAL NOT NULL,
+    thinking_edits TEXT NOT NULL DEFAULT '[]',
+    keep_thinking INTEGER NOT NULL DEFAULT 0
 )"""
 INDEXES = ("CREATE INDEX messages_by_conversation ON messages (conversation_id, id)",
            "CREATE INDEX messages_by_parent ON messages (parent_id)")
@@ -72,6 +75,23 @@ def _to_tree(db: sqlite3.Connection) -> None:
         db.execute(index)
 
 
+# Schema 9's columns, each (table, column, declaration):
+# - conversations.chat_settings: JSON of the chat's own preset values (system prompt, sampling); '' follows Settings;
+# - messages.thinking_edits: JSON of the user's edits to the thinking (pause, edit, resume), '[]' when none;
+# - messages.keep_thinking: 1 when the model reads this turn's thinking in later turns.
+V9_COLUMNS = (("conversations", "chat_settings", "TEXT NOT NULL DEFAULT ''"),
+              ("messages", "thinking_edits", "TEXT NOT NULL DEFAULT '[]'"),
+              ("messages", "keep_thinking", "INTEGER NOT NULL DEFAULT 0"))
+
+
+def _add_v9_columns(db: sqlite3.Connection) -> None:
+    """8 -> 9. A file that came through the step to 7 already has the messages columns (it rebuilt the table
+    with today's declaration), so only the missing ones are added."""
+    for table, column, declaration in V9_COLUMNS:
+        if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+
+
 def _sql(statement: str) -> Callable[[sqlite3.Connection], object]:
     return lambda db: db.execute(statement)
 
@@ -85,6 +105,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], object]] = {
     5: _sql("ALTER TABLE conversations ADD COLUMN tools INTEGER NOT NULL DEFAULT 0"),
     6: _to_tree,
     7: add_search_index,  # schema 8: full-text search, built from what is stored
+    8: _add_v9_columns,
 }
 
 
