@@ -35,6 +35,9 @@ class ModelFamily:
     sampling_answer: CardSampling | None = None  # with thinking off (hybrid) or for plain models
     system_prompt: bool = True  # R1 distills: the card says to put everything in the user turn
     tool_parser: str = "hermes"  # vLLM tool parser for its calls (--tool-call-parser); hermes where none is its own
+    # Think markers that are control tokens the model writes itself (Magistral's [THINK] … [/THINK]): the prompt
+    # opens no <think> block for it, and a forced end of thinking writes its own closing token.
+    own_think_tokens: tuple[str, str] | None = None
 
     def sampling(self, thinking: bool) -> CardSampling | None:
         return self.sampling_thinking if thinking and self.thinking != "plain" else self.sampling_answer
@@ -86,6 +89,10 @@ _FAMILIES: tuple[tuple[tuple[str, ...], ModelFamily], ...] = (
     (("kimi-k2",), ModelFamily("Kimi-K2 Instruct", "plain", tool_parser="kimi_k2")),
     (("kimi-k3",), ModelFamily("Kimi-K3", "hybrid", "kimi_k3", tool_parser="kimi_k3")),
     (("gemma-4",), ModelFamily("Gemma 4", "hybrid", "gemma4", tool_parser="gemma4")),
+    # Magistral reasons in [THINK] control tokens when its card's system prompt asks (mistral_common's default);
+    # card: temperature 0.7, top-p 0.95. vLLM's `mistral` parsers read both the split and the calls.
+    (("magistral",), ModelFamily("Magistral", "always", "mistral", CardSampling(0.7, 0.95), tool_parser="mistral",
+                                 own_think_tokens=("[THINK]", "[/THINK]"))),
     # gpt-oss always reasons (Harmony's analysis channel; effort low/medium/high); card: temperature 1, top-p 1
     (("gpt-oss",), ModelFamily("gpt-oss", "always", "openai_gptoss", CardSampling(1.0, 1.0), tool_parser="openai")),
     (("llama-4",), ModelFamily("Llama 4", "plain", tool_parser="llama4_pythonic")),

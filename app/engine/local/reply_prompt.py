@@ -37,6 +37,8 @@ class ReplyPrompts:
     @property
     def forced_close(self) -> str:
         """What ends the thinking when the budget is spent or the user presses Answer now."""
+        if self.family.own_think_tokens is not None:
+            return self.family.own_think_tokens[1]  # a control token: "</think>" would be text it never writes
         return FORCED_FINAL if self.harmony else FORCED_THINK_CLOSE
 
     def thinking_on(self, sampling: SamplingConfig) -> bool:
@@ -58,9 +60,10 @@ class ReplyPrompts:
         # gpt-oss: Harmony rendered as vLLM's server renders it (tool rounds' reasoning kept), not a Jinja template
         tokenizer = HarmonyTemplate(self.tokenizer, effort) if self.harmony else self.tokenizer
         chat = list(messages) if self.harmony else template_messages(messages)
-        # Harmony opens its analysis channel itself: a <think> after "<|start|>assistant" is text it never wrote
+        # Harmony opens its analysis channel itself, and Magistral its [THINK]: a <think> there is text it never wrote
+        opens_itself = self.harmony or self.family.own_think_tokens is not None
         return trimming.fit_prompt(tokenizer, chat, limit=self.max_model_len, reserve=reserve,
-                                   opened_think=opened_think and not self.harmony, template_kwargs=switch)
+                                   opened_think=opened_think and not opens_itself, template_kwargs=switch)
 
     def for_reply(self, messages: list[Message], sampling: SamplingConfig, thinking_on: bool,
                   offer: ToolOffer | None) -> tuple[list[int], int]:
