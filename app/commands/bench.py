@@ -186,12 +186,36 @@ def synthetic_words(count: int) -> list[str]:
     return [pick(vocabulary) + ("\n\n" if i % 60 == 59 else "\n" if i % 12 == 11 else " ") for i in range(count)]
 
 
-def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any]:
+# Formulas as a reasoning model streams them, each split over tokens (so the stream's edge stops inside one):
+# inline and display, \frac, \int, \sum, a matrix, cases, \boxed. {n} varies so no two are the same text.
+FORMULA_TOKENS = (
+    ("$\\int_0^{{{n}}}", " x^2", "\\,dx", " = \\frac{{{n}^3}}{{3}}$ "),
+    ("\\(\\sum_{{k=1}}^{{{n}}}", " k = \\frac{{{n}({n}+1)}}{{2}}", "\\) "),
+    ("\n\n$$\\begin{{pmatrix}} {n} & 2 \\\\", " 3 & 4 \\end{{pmatrix}}", "$$\n\n"),
+    ("\n\n\\[f(x) = \\begin{{cases}} x^{{{n}}} &", " x > 0 \\\\ 0 & \\text{{otherwise}}", " \\end{{cases}}\\]\n\n"),
+    ("$\\boxed{{", "{n}", "}}$ "),
+    ("$\\alpha + \\hat{{\\beta}}_{{{n}}}$ ",),
+)
+
+
+def synthetic_maths(count: int) -> list[str]:
+    """``synthetic_words`` with a formula's tokens after every 20th word: the answer as a maths answer streams."""
+    words, out = synthetic_words(count), []
+    for i, word in enumerate(words):
+        out.append(word)
+        if i % 20 == 19 and len(out) < count:
+            pieces = FORMULA_TOKENS[(i // 20) % len(FORMULA_TOKENS)]
+            out += [piece.format(n=i) for piece in pieces]
+    return out[:count]
+
+
+def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0, maths: bool = False) -> dict[str, Any]:
+    """``maths``: the answer carries formulas (``synthetic_maths``), which the answer pane draws as they close."""
     from app.engine.scripted import Script, ScriptedEngineDouble
     from app.ui.app_main import open_window
 
     app, loop = _qt_app()
-    words = synthetic_words(int(rate * seconds))
+    words = (synthetic_maths if maths else synthetic_words)(int(rate * seconds))
     thinking = words[: len(words) // 5]
     answer = words[len(words) // 5:]
     script = Script(["<think>", *thinking, "</think>", *answer], tokens_per_second=rate)
@@ -214,8 +238,9 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0) -> dict[str, Any
     reply = window.session.reply
     complete = reply.thinking == "".join(thinking).rstrip() and reply.answer == "".join(answer)
     window.close()
-    return {"benchmark": "ui-synthetic", "rate_tok_s": rate, "seconds_planned": seconds,
-            "seconds_taken": round(elapsed, 2), "tokens": len(words), "finish_reason": finished[0].reason,
+    return {"benchmark": "ui-synthetic-maths" if maths else "ui-synthetic", "rate_tok_s": rate,
+            "seconds_planned": seconds, "seconds_taken": round(elapsed, 2), "tokens": len(words),
+            "finish_reason": finished[0].reason,
             "longest_ui_stall_ms": round(stall * 1000, 1), "every_character_arrived": complete}
 
 
@@ -382,7 +407,8 @@ def bench_memory(runs: int = 5) -> dict[str, Any]:
 def run_ui_benches(tokens: int, *, real: bool = True, seconds: float = 10.0) -> list[dict[str, Any]]:
     """The UI benches on one Qt app and loop, closed (loop first) when they end."""
     try:
-        results = [bench_ui_synthetic(seconds=seconds), bench_ui_thread()]
+        results = [bench_ui_synthetic(seconds=seconds), bench_ui_synthetic(seconds=seconds, maths=True),
+                   bench_ui_thread()]
         if real:
             results.append(bench_ui_real(tokens))
         return results

@@ -4,6 +4,7 @@ and links that open only over http(s), after the real address is shown when the 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,56 @@ def test_formulas_are_drawn_off_the_gui_thread_and_shown_on_it(qtbot, monkeypatc
     pane.finish()
     qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
     assert threads["drawn on"].startswith("nalar-maths") and threads["shown on"] == threading.main_thread().name
+
+
+def held_drawing(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Formulas are drawn only once the returned event is set: the test decides when an image arrives."""
+    gate, real_svg = threading.Event(), answer_view.formula_svg
+
+    def svg(formula: Formula, pixels: int = answer_view.MATH_PIXELS) -> bytes | None:
+        gate.wait(30)
+        return real_svg(formula, pixels)
+
+    monkeypatch.setattr(answer_view, "formula_svg", svg)
+    return gate
+
+
+PARAGRAPHS = "".join(f"Paragraph {n} says nothing of note, at some length.\n\n" for n in range(300))
+
+
+def test_a_drawn_formula_renders_again_from_its_paragraph_not_the_whole_answer(qtbot, monkeypatch) -> None:
+    """Bug caught: each drawn formula re-rendered the whole answer from the top, so a long maths answer cost
+    the whole text once per formula (quadratic: 0.4 s a formula at 300 KB, `nalar bench ui` synthetic-maths)."""
+    gate = held_drawing(monkeypatch)
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    last = "So $x^2 + 1$ is the last one.\n\n"
+    stream(pane, PARAGRAPHS + last + "Tail still streaming", chunk=400)
+    inserted: list[int] = []
+    real_insert = pane.document.insert
+    monkeypatch.setattr(pane.document, "insert", lambda cursor, markdown, streaming=False: (
+        inserted.append(len(markdown)), real_insert(cursor, markdown, streaming))[1])
+    gate.set()
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    # The formula's chunk (what one refresh committed: at most one 400-character step here) and the tail.
+    assert 0 < sum(inserted) <= 400 + len("Tail still streaming") < len(PARAGRAPHS), sum(inserted)
+    plain = pane.view.toPlainText()
+    assert plain.count("Paragraph 299 says") == 1 and "x^2" not in plain
+    assert plain.rstrip().endswith("Tail still streaming")
+
+
+def test_an_early_formula_drawn_late_keeps_every_later_paragraph_once(qtbot, monkeypatch) -> None:
+    """Bug caught: rendering again from a middle chunk at a stale document position (text doubled or lost
+    after it), or the link numbering of the chunks after it counted twice."""
+    gate = held_drawing(monkeypatch)
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    text = "First $\\alpha$ here, see [docs](https://example.org).\n\n" + PARAGRAPHS + "End [two](https://b.org)."
+    stream(pane, text, chunk=500)
+    pane.finish()
+    gate.set()
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    plain = pane.view.toPlainText()
+    assert all(plain.count(f"Paragraph {n} says") == 1 for n in (0, 150, 299)) and "\\alpha" not in plain
+    assert [link.href for link in pane.document.collected.links] == ["https://example.org", "https://b.org"]
+    assert pane.text() == text

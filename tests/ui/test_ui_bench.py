@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.commands.bench import synthetic_words
+from app.commands.bench import synthetic_maths, synthetic_words
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,6 +23,23 @@ def test_the_synthetic_text_is_not_a_loop_to_the_loop_guard() -> None:
     words = synthetic_words(3000)
     for index, word in enumerate(words):  # one key per chunk, as ReplyStream feeds a backend without ids
         assert detector.feed([hash(word)], word) is None, f"a loop found at token {index}"
+
+
+def test_the_synthetic_maths_answer_has_formulas_and_is_not_a_loop() -> None:
+    """Bug caught: the maths stream's formulas, repeated, cut by the loop guard (the stall of a stream cut short
+    reported as a 10 s one's), or no formula opened and closed over tokens (the streaming edge never inside one)."""
+    from app.core.chat.answer_markup import Collected, cut_maths
+    from app.core.settings.settings import LoopGuardConfig
+    from app.engine.reply.loop_guard import LoopDetector
+
+    words = synthetic_maths(3000)
+    detector = LoopDetector(LoopGuardConfig())
+    for index, word in enumerate(words):
+        assert detector.feed([hash(word)], word) is None, f"a loop found at token {index}"
+    collected = Collected()
+    cut_maths("".join(words), collected)
+    assert len(collected.formulas) > 100 and any(f.display for f in collected.formulas)
+    assert sum(w.count("$") % 2 == 1 for w in words) > 50, "formulas open in one token and close in another"
 
 
 def test_the_synthetic_stream_arrives_whole_and_takes_its_planned_time() -> None:

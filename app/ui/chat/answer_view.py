@@ -115,10 +115,11 @@ def link_text_differs(link: Link) -> bool:
 class AnswerDocument:
     """The rendered answer in one QTextBrowser, and what its numbered links, code and formulas refer to.
 
-    A formula shows as its source until its image is drawn; then ``redraw`` (the owner's) renders again.
+    A formula shows as its source until its image is drawn; then ``redraw`` (the owner's) renders again from
+    where that formula is (it is given the formula's key).
     """
 
-    def __init__(self, view: QTextBrowser, redraw: Callable[[], None]) -> None:
+    def __init__(self, view: QTextBrowser, redraw: Callable[[str], None]) -> None:
         self.view = view
         self.redraw = redraw
         self.collected = Collected()
@@ -154,7 +155,7 @@ class AnswerDocument:
             self._waiting.discard(key)
             self._images[key] = svg_image(svg) if svg else None
             if self._images[key] is not None:
-                self.redraw()
+                self.redraw(key)
 
     @property
     def drawing(self) -> bool:

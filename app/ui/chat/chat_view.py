@@ -146,8 +146,8 @@ class ChatView(QWidget):
         """The thread scrolled to the question of the shown turn at ``index`` (a search result's)."""
         self.transcript.scrollToAnchor(f"turn-{index}")
 
-    def _redraw_thread(self) -> None:
-        """A formula in the thread was drawn: the thread again, whole."""
+    def _redraw_thread(self, _key: str) -> None:
+        """A formula in the thread was drawn: the thread again, whole (it is rendered once, not streamed)."""
         if self._conversation is not None:
             self._shown = None
             self.render_thread(self._conversation)

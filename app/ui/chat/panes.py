@@ -216,7 +216,7 @@ class AnswerPane(QFrame):
         self.view = QTextBrowser()
         self.view.setObjectName("AnswerText")
         self.view.setPlaceholderText("The answer streams here.")
-        self.document = AnswerDocument(self.view, self._redraw_all)  # links open only through its checks
+        self.document = AnswerDocument(self.view, self._redraw_formula)  # links open only through its checks
         self._streaming = True  # the text may stop inside a formula
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
@@ -227,7 +227,10 @@ class AnswerPane(QFrame):
         self._tail_start = 0  # document position where the re-rendered tail begins
         self._dirty = False
         self._marks = self.document.collected.marks()  # what the committed text numbered
-        self._from_top = False  # render the committed part again too
+        # Each committed chunk's start: (text offset, document position, marks before it). A drawn formula
+        # re-renders from its chunk on, not from the top: the whole answer again per formula grew with the answer.
+        self._chunks: list[tuple[int, int, tuple[int, int, int]]] = []
+        self._redraw_from: int | None = None  # index of the first chunk to render again
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(MARKDOWN_REFRESH_MS)
         self._render_timer.timeout.connect(self.render_markdown)
@@ -236,6 +239,7 @@ class AnswerPane(QFrame):
         if self._own is not None:
             self._own.keep(0)
         self._committed = self._tail_start = 0
+        self._chunks, self._redraw_from = [], None
         self._dirty = False
         self._streaming = True
         self.view.clear()
@@ -254,6 +258,7 @@ class AnswerPane(QFrame):
         if self._own is not None:
             self._own.keep(chars)
         self._committed = self._tail_start = 0
+        self._chunks, self._redraw_from = [], None
         self.view.clear()
         self.document.clear()
         self._marks = self.document.collected.marks()
@@ -279,9 +284,15 @@ class AnswerPane(QFrame):
                 stable = position  # a huge paragraph: commit at a line break
         return stable
 
-    def _redraw_all(self) -> None:
-        """A formula's image arrived: render the whole answer again, at the next refresh."""
-        self._from_top = True
+    def _redraw_formula(self, key: str) -> None:
+        """A formula's image arrived: render again from the first committed chunk that holds it (the tail is
+        rendered anyway), at the next refresh."""
+        formulas = self.document.collected.formulas
+        for index, (_, _, marks) in enumerate(self._chunks):
+            end = self._chunks[index + 1][2][0] if index + 1 < len(self._chunks) else self._marks[0]
+            if any(f.key == key for f in formulas[marks[0]:end]):
+                self._redraw_from = index if self._redraw_from is None else min(self._redraw_from, index)
+                break
         self._dirty = True
         if not self._render_timer.isActive():
             self._render_timer.start()
@@ -307,10 +318,10 @@ class AnswerPane(QFrame):
             return
         self._dirty = False
         text = self.text()
-        if self._from_top:  # a formula was drawn: the committed part shows its source
-            self._from_top = False
-            self._committed = self._tail_start = 0
-            self._marks = (0, 0, 0)
+        if self._redraw_from is not None:  # a formula was drawn: its chunk on shows its source
+            self._committed, self._tail_start, self._marks = self._chunks[self._redraw_from]
+            del self._chunks[self._redraw_from:]
+            self._redraw_from = None
         bar = self.view.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
         cursor = QTextCursor(self.view.document())
@@ -320,6 +331,7 @@ class AnswerPane(QFrame):
         self.document.collected.truncate(self._marks)  # the tail numbers its links and code anew
         stable = self._stable_end(text, self._committed)
         if stable > self._committed:
+            self._chunks.append((self._committed, self._tail_start, self._marks))
             self._insert_block(cursor, text[self._committed:stable], streaming=False)
             self._committed = stable
             self._tail_start = cursor.position()
