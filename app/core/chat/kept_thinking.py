@@ -1,0 +1,57 @@
+"""Earlier thinking in context: each earlier turn's "keep its thinking" switch, and what keeping it costs.
+
+Off by default, as the model cards say (Qwen3, R1: history holds only the final answers; Harmony drops the
+analysis between user turns and keeps it between tool calls). When a turn's switch is on, the model reads its
+thinking the way the family's template writes a reply's: ``<think>…</think>`` before the answer for the
+tag families, the analysis channel for Harmony (rendered by the engine; see engine.local.reply_prompt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.core.chat.conversation import Conversation, Turn
+
+KEPT_KEY = "kept_thinking"  # the assistant message's field that carries a kept turn's thinking to the engine
+
+
+def think_block(thinking: str) -> str:
+    """How Qwen3's and R1's templates write a reply's thinking before its answer."""
+    return f"<think>\n{thinking.strip()}\n</think>\n\n"
+
+
+@dataclass(frozen=True)
+class KeepSwitch:
+    """One earlier turn's switch as the thread shows it."""
+
+    index: int  # the turn's place on the shown branch
+    on: bool
+    cost: int  # tokens its thinking adds to every later prompt
+    left: int  # tokens of context left now (with the kept thinking already on counted)
+    estimate: bool = False  # counted with an estimate, not the model's tokenizer
+
+    @property
+    def label(self) -> str:
+        about = "≈" if self.estimate else ""
+        state = "on" if self.on else "off"
+        return f"Keep its thinking: {state} ({about}{self.cost:,} tokens; {about}{self.left:,} left)"
+
+
+def keep_switches(conversation: Conversation, count: Callable[[str], int], context_tokens: int,
+                  estimate: bool = False) -> list[KeepSwitch | None]:
+    """The switch of every shown turn before the last that has thinking (None for the others), with its cost in
+    ``count``'s tokens against what the context has left: the questions, answers and kept thinking so far."""
+    turns = conversation.turns
+    costs = [count(think_block(t.thinking)) if t.thinking.strip() else 0 for t in turns]
+    used = sum(count(t.user) + count(t.answer) for t in turns) + sum(
+        cost for cost, t in zip(costs, turns[:-1], strict=False) if t.keep_thinking)
+    left = max(0, context_tokens - used)
+    return [KeepSwitch(i, t.keep_thinking, costs[i], left, estimate) if i < len(turns) - 1 and costs[i] else None
+            for i, t in enumerate(turns)]
+
+
+def toggle(turn: Turn) -> bool:
+    """Flip a turn's switch; its new state."""
+    turn.keep_thinking = not turn.keep_thinking
+    return turn.keep_thinking
