@@ -46,9 +46,13 @@ def test_answers_without_numbers_and_a_missing_answer() -> None:
 @pytest.mark.parametrize(("answer", "number"), [
     ("x = 3.50", Fraction(7, 2)), ("1,000 people", Fraction(1000)), ("about -2", Fraction(-2)),
     ("so 3/4 of it", Fraction(3, 4)), ("first 7, then \\boxed{42} (check: 6*7)", Fraction(42)),
-    ("no digits here", None), ("step 2 gives 10", Fraction(10))])
+    ("no digits here", None), ("step 2 gives 10", Fraction(10)),
+    ("p = 25.00 dollars: 80% of $25 is $20.", Fraction(25)),
+    ("The answer is 12, as 3 * 4 = 12 and 5 - 5 = 0", Fraction(12)),
+    ("p = 20 / 0.8 = 25.", Fraction(25))])
 def test_the_final_number_is_the_last_or_the_boxed_one(answer: str, number: Fraction | None) -> None:
-    """Bug caught: the first number of a worked answer (a step's) compared instead of its result."""
+    """Bugs caught: the first number of a worked answer (a step's) compared instead of its result, or a check
+    written after the result ("80% of 25 is 20") taken for it."""
     assert final_number(answer) == number
 
 

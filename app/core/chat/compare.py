@@ -68,6 +68,8 @@ DEFAULT_VARIANTS = (Variant.think_off(), Variant.budget(256), Variant.unlimited(
 
 _BOXED = re.compile(r"\\boxed\s*\{([^{}]*)\}")
 _NUMBER = re.compile(r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?")
+_SAID_ANSWER = re.compile(r"answer(?: is|:)\s*(?:[^\w\s-]\s*)*(" + _NUMBER.pattern + ")", re.IGNORECASE)
+_RESULT = re.compile(r"=\s*\$?\s*(" + _NUMBER.pattern + ")")
 _MARKUP = re.compile(r"[*_`$\\]|\\\(|\\\)|\\\[|\\\]")
 
 
@@ -80,13 +82,17 @@ def normalise(answer: str) -> str:
 
 
 def final_number(answer: str) -> Fraction | None:
-    """The answer's final number (the last in its last \\boxed{} if it has one): "x = 3.50" is 3.5, "1,000" is
-    1000, "3/4" is 0.75; None when it has none."""
+    """The answer's final number: the last in its last \\boxed{}, else the last one said to be the answer ("the
+    answer is 12"), else the last result of an "=", else its last number. "x = 3.50" is 3.5, "1,000" is 1000,
+    "3/4" is 0.75, and "p = 25: 80% of 25 is 20" is 25 (the check after it is not the result); None: no number."""
     boxed = _BOXED.findall(answer)
-    for text in ([boxed[-1]] if boxed else []) + [answer]:
-        if numbers := _NUMBER.findall(text):
-            return _value(numbers[-1])
-    return None
+    if boxed and (numbers := _NUMBER.findall(boxed[-1])):
+        return _value(numbers[-1])
+    for said in (_SAID_ANSWER, _RESULT):
+        if (found := said.findall(answer)) and (value := _value(found[-1])) is not None:
+            return value
+    numbers = _NUMBER.findall(answer)
+    return _value(numbers[-1]) if numbers else None
 
 
 def _value(number: str) -> Fraction | None:

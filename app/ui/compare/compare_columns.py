@@ -74,6 +74,7 @@ class VariantColumn(QWidget):
         super().__init__(parent)
         self.run = run
         self.title = QLabel(f"<b>{html.escape(run.variant.label)}</b>")  # a preset's name is the user's text
+        self._thinking_tokens = 0
         self.fold = QToolButton()
         self.fold.setCheckable(True)
         self.fold.setAutoRaise(True)
@@ -98,7 +99,15 @@ class VariantColumn(QWidget):
 
     def _on_fold(self, unfolded: bool) -> None:
         self.thinking.setVisible(unfolded)
-        self.fold.setText(("▾ " if unfolded else "▸ ") + "Thinking")
+        self._fold_text()
+
+    def _fold_text(self) -> None:
+        if self.run.done and not self.run.reply.thinking:
+            self.fold.setText("No thinking")
+            self.fold.setEnabled(False)
+            return
+        tokens = f" ({self._thinking_tokens:,} tokens)" if self._thinking_tokens else ""
+        self.fold.setText(("▾ " if self.fold.isChecked() else "▸ ") + "Thinking" + tokens)
 
     def draw(self) -> None:
         """Everything again from the run's reply (its texts once it ended: they are the engine's final ones)."""
@@ -112,7 +121,8 @@ class VariantColumn(QWidget):
         took = f"{run.elapsed_s:.1f} s" if run.elapsed_s is not None else "running…"
         ended = "" if not run.done or turn.finish_reason == "stop" else f" · {turn.finish_reason}"
         self.figures.setText(f"thinking {thinking:,} · answer {answer:,} tokens · {took}{ended}")
-        self.fold.setText(("▾ " if self.fold.isChecked() else "▸ ") + f"Thinking ({thinking:,} tokens)")
+        self._thinking_tokens = thinking
+        self._fold_text()
         self.keep_button.setEnabled(run.done)
 
 

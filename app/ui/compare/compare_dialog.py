@@ -57,6 +57,7 @@ class CompareDialog(QDialog):
         self.agreement = QLabel(f"Choose {MIN_VARIANTS} to {MAX_VARIANTS} variants, then Run: they answer at once.")
         self.agreement.setObjectName("CompareAgreement")
         self.agreement.setTextFormat(Qt.TextFormat.PlainText)
+        self.agreement.setStyleSheet("font-weight: bold; padding: 4px")
         layout = QVBoxLayout(self)
         layout.addWidget(question)
         layout.addLayout(picks)
