@@ -91,18 +91,21 @@ def test_kept_thinking_crosses_the_engine_pipe_and_never_reaches_a_server() -> N
 
 def test_the_switch_shows_its_cost_against_the_context_left() -> None:
     """Bug caught: a cost shown for the last turn (no later prompt reads it), for a turn without thinking, or a
-    context left that forgets the thinking already kept."""
+    context left that forgets the thinking already kept, or that changes with later turns (the thread appends a
+    send without drawing earlier turns again, so their lines would go stale)."""
     words = len  # one token a character: the arithmetic is checked, not a tokenizer
     conversation = Conversation(turns=[Turn(user="q1", thinking="abcdef", answer="a1"), Turn(user="q2", answer="a2"),
                                        Turn(user="q3", thinking="xyz", answer="")])
     first, second, last = keep_switches(conversation, words, context_tokens=1000)
     assert second is None and last is None and first is not None
     cost = len(think_block("abcdef"))
-    assert (first.on, first.cost, first.left) == (False, cost, 1000 - 10)
+    assert (first.on, first.cost, first.left) == (False, cost, 1000 - 4)
     toggle(conversation.turns[0])
     kept = keep_switches(conversation, words, 1000, estimate=True)[0]
-    assert kept is not None and kept.left == 1000 - 10 - cost
-    assert kept.label == f"Keep its thinking: on (≈{cost:,} tokens; ≈{kept.left:,} left)"
+    assert kept is not None and kept.left == 1000 - 4 - cost
+    assert kept.label == f"Keep its thinking: on (≈{cost:,} tokens; ≈{kept.left:,} left here)"
+    conversation.add_turn(Turn(user="a much longer fourth question"))
+    assert keep_switches(conversation, words, 1000, estimate=True)[0] == kept, "later turns leave its line as it was"
 
 
 def test_the_switch_is_stored_with_the_turn(tmp_path: Path) -> None:

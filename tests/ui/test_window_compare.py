@@ -38,7 +38,8 @@ def test_compare_runs_the_variants_at_once_and_keeps_one_as_the_branch(qtbot, ma
     started: list[int] = []
     dialog.runner.column_changed.connect(lambda _place: started.append(len(engine.requests)))
     dialog.run_button.click()
-    qtbot.waitUntil(lambda: dialog.runner.comparison is not None and dialog.runner.comparison.done, timeout=20_000)
+    qtbot.waitUntil(lambda: bool(dialog.columns) and all(c.keep_button.isEnabled() for c in dialog.columns),
+                    timeout=20_000)
     assert started and min(started) == 4, "every variant's request was sent before any reply's figures came back"
     sent = engine.samplings[1:]
     assert [(s.thinking, s.think_budget) for s in sent] == [(False, 64), (True, 256), (True, MAX_THINK_BUDGET)]
@@ -47,7 +48,7 @@ def test_compare_runs_the_variants_at_once_and_keeps_one_as_the_branch(qtbot, ma
     assert [run.turn.answer for run in comparison.runs] == answers
     assert [c.answer.toPlainText() for c in dialog.columns] == answers
     assert dialog.agreement.text() == "The final numbers agree (3.5); the wording differs."
-    assert "tokens" in dialog.columns[1].figures.text() and dialog.columns[1].keep_button.isEnabled()
+    assert "tokens" in dialog.columns[1].figures.text() and dialog.runner.comparison.done
     assert window.session.conversation.turns[-1].answer == "an answer", "nothing changes until one is kept"
 
     dialog.columns[1].keep_button.click()

@@ -28,27 +28,30 @@ class KeepSwitch:
     index: int  # the turn's place on the shown branch
     on: bool
     cost: int  # tokens its thinking adds to every later prompt
-    left: int  # tokens of context left now (with the kept thinking already on counted)
+    left: int  # tokens of context left after this turn (its kept thinking, and the earlier turns', counted)
     estimate: bool = False  # counted with an estimate, not the model's tokenizer
 
     @property
     def label(self) -> str:
         about = "≈" if self.estimate else ""
         state = "on" if self.on else "off"
-        return f"Keep its thinking: {state} ({about}{self.cost:,} tokens; {about}{self.left:,} left)"
+        return f"Keep its thinking: {state} ({about}{self.cost:,} tokens; {about}{self.left:,} left here)"
 
 
 def keep_switches(conversation: Conversation, count: Callable[[str], int], context_tokens: int,
                   estimate: bool = False) -> list[KeepSwitch | None]:
     """The switch of every shown turn before the last that has thinking (None for the others), with its cost in
-    ``count``'s tokens against what the context has left: the questions, answers and kept thinking so far."""
-    turns = conversation.turns
-    costs = [count(think_block(t.thinking)) if t.thinking.strip() else 0 for t in turns]
-    used = sum(count(t.user) + count(t.answer) for t in turns) + sum(
-        cost for cost, t in zip(costs, turns[:-1], strict=False) if t.keep_thinking)
-    left = max(0, context_tokens - used)
-    return [KeepSwitch(i, t.keep_thinking, costs[i], left, estimate) if i < len(turns) - 1 and costs[i] else None
-            for i, t in enumerate(turns)]
+    ``count``'s tokens against the context left after that turn: the questions, answers and kept thinking up to
+    it. Up to it, not up to the newest turn, so a turn's line reads the same after later sends (the thread appends
+    them without drawing the earlier turns again); the context gauge shows what is left now."""
+    used, switches = 0, []
+    for i, turn in enumerate(turns := conversation.turns):
+        cost = count(think_block(turn.thinking)) if turn.thinking.strip() else 0
+        used += count(turn.user) + count(turn.answer) + (cost if turn.keep_thinking else 0)
+        last = i == len(turns) - 1
+        switches.append(KeepSwitch(i, turn.keep_thinking, cost, max(0, context_tokens - used), estimate)
+                        if cost and not last else None)
+    return switches
 
 
 def toggle(turn: Turn) -> bool:

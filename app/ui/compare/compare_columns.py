@@ -123,7 +123,6 @@ class VariantColumn(QWidget):
         self.figures.setText(f"thinking {thinking:,} · answer {answer:,} tokens · {took}{ended}")
         self._thinking_tokens = thinking
         self._fold_text()
-        self.keep_button.setEnabled(run.done)
 
 
 def _plain(name: str) -> QPlainTextEdit:

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
+from shiboken6 import isValid
 
 from app.core.chat.compare import MAX_VARIANTS, MIN_VARIANTS, Variant
 from app.core.chat.conversation import Conversation
@@ -86,9 +87,10 @@ class CompareDialog(QDialog):
                                   on_started=self._show_columns)
         except ValueError as refused:  # a preset that is gone: nothing was sent
             self.agreement.setText(str(refused))
-        finally:
-            self.run_button.setEnabled(True)
-            self.stop_button.setEnabled(False)
+        if not isValid(self):  # closed while the replies ran: they ended as stopped, kept as tries
+            return
+        self.run_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
 
     def _show_columns(self) -> None:
         for column in self.columns:
@@ -113,8 +115,11 @@ class CompareDialog(QDialog):
             column.show_figures(self.runner.figures.get(column.run.request_id))
 
     def _on_done(self) -> None:
+        """Every reply ended (its Finished reached the window, which can be a frame after its request returned)."""
         if self.runner.comparison is not None:
             self.agreement.setText(self.runner.comparison.agreement().line)
+        for column in self.columns:  # a reply is kept once all have ended
+            column.keep_button.setEnabled(True)
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.runner.running:  # replies still running end here, kept as they are (stopped)
