@@ -46,12 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
                        choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "history",
-                                "all"],
+                                "compare", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
                             "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; spec: "
                             "each speculative decoding method vLLM accepts here against none (tok/s per phase, "
-                            "acceptance, where greedy text parts; --kv-dtypes' first dtype); "
+                            "acceptance, where greedy text parts; --kv-dtypes' first dtype); compare: a Compare's "
+                            "three variants at once vs one after another (--tokens: budget and answer, default 64); "
                             "engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
@@ -201,6 +202,10 @@ def run_command(args: argparse.Namespace) -> int:
 
         return run_spec_bench(tokens=args.tokens or 256, kv_cache_dtype=(args.kv_dtypes or ["auto"])[0],
                               as_json=args.json)
+    if args.command == "bench" and args.what == "compare":
+        from app.commands.compare.compare_bench import run_compare_bench
+
+        return run_compare_bench(tokens=args.tokens or 64, as_json=args.json)
     if args.command == "bench":
         from app.commands.bench import run_bench
 

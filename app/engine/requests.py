@@ -40,6 +40,7 @@ class MessageSpec:
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
     tool_call_id: str = ""  # a tool message: the call it answers
     reasoning_content: str = ""  # an assistant's thinking, under the name chat templates read
+    kept_thinking: str = ""  # an earlier answer's thinking that its switch keeps in the prompt (kept_thinking.py)
 
     @classmethod
     def from_openai(cls, message: dict[str, Any]) -> MessageSpec:
@@ -47,7 +48,8 @@ class MessageSpec:
                                _json_text((c.get("function") or {}).get("arguments")))
                       for c in message.get("tool_calls") or ())
         return cls(str(message.get("role", "")), message.get("content"), str(message.get("name") or ""), calls,
-                   str(message.get("tool_call_id") or ""), str(message.get("reasoning_content") or ""))
+                   str(message.get("tool_call_id") or ""), str(message.get("reasoning_content") or ""),
+                   str(message.get("kept_thinking") or ""))
 
     def as_openai(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -59,6 +61,8 @@ class MessageSpec:
             message["tool_call_id"] = self.tool_call_id
         if self.reasoning_content:
             message["reasoning_content"] = self.reasoning_content
+        if self.kept_thinking:
+            message["kept_thinking"] = self.kept_thinking
         return message
 
 

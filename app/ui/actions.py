@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QGuiApplication, QKeySequence
 
+from app.ui.compare.compare_dialog import open_compare
+
 if TYPE_CHECKING:
     from app.ui.main_window import MainWindow
 
@@ -62,6 +64,8 @@ ACTIONS: tuple[Action, ...] = (
     Action("stop", "S&top", "Chat", lambda w: w.session.stop(), "Esc"),
     Action("answer_now", "&Answer now", "Chat", lambda w: w.session.answer_now(), "Ctrl+Shift+Return"),
     Action("regenerate", "&Regenerate", "Chat", lambda w: w.session.regenerate(), "Ctrl+R"),
+    # The last question under 2 to 4 variants at once, side by side (app/ui/compare).
+    Action("compare", "Co&mpare…", "Chat", open_compare, "Ctrl+Shift+M"),
     Action("continue_answer", "C&ontinue the reply", "Chat", lambda w: w.session.continue_answer(), "Ctrl+Shift+R"),
     # The newest turn with other tries (usually the last reply): the window's "◀ ▶" without the mouse.
     Action("previous_branch", "&Previous branch", "Chat", lambda w: w.conversation_actions.switch_newest(-1),

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QInputDialog, QMessageBox
 
+from app.core.chat.conversation import Conversation
 from app.core.chat.history_search import SearchHit
+from app.core.chat.kept_thinking import KeepSwitch, keep_switches, toggle
 from app.ui.chat.attachments_bar import branch_tokens, model_counter
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ class ConversationActions(QObject):
         self.question_edit.changed.connect(window.controls.show_editing)
         window.controls.cancel_edit_button.clicked.connect(self.cancel_edit)
         window.prompt.edit_last.connect(lambda: window.menus.trigger("edit_last_question"))
+        window.chat_view.keep_switches = self.keep_switches
 
     def rename(self) -> None:
         title, ok = QInputDialog.getText(self.window, "Rename conversation", "Title:",
@@ -59,6 +62,25 @@ class ConversationActions(QObject):
             self.store.fork(index)
         elif action == "delete":
             self.delete_branch(index)
+        elif action == "keep":
+            self.toggle_keep_thinking(index)
+
+    def keep_switches(self, conversation: Conversation) -> list[KeepSwitch | None]:
+        """Each earlier turn's "keep its thinking" switch, its cost in the model's tokens and the context left."""
+        settings = self.window.controller.settings
+        ready = self.window.controller.bridge.ready
+        counter = model_counter(settings)
+        context = ready.max_model_len if ready is not None else settings.engine.max_model_len
+        return keep_switches(conversation, counter.count, context, estimate=not counter.exact)
+
+    def toggle_keep_thinking(self, index: int) -> None:
+        """Whether later prompts hold this turn's thinking; kept with the turn, shown, and counted in the gauge."""
+        conversation = self.store.conversation
+        if self.window.session.streaming or not 0 <= index < len(conversation.turns) - 1:
+            return
+        toggle(turn := conversation.turns[index])
+        self.store.history.set_keep_thinking(turn)
+        self.store.current_changed.emit(self.store.current_row)
 
     def delete_branch(self, index: int) -> None:
         """This turn and all that follows it on every branch below it; its other tries stay, one of them shown."""

@@ -79,3 +79,18 @@ def test_the_prompt_opens_no_think_block_and_a_forced_end_is_its_own_close_token
     assert prompts.encode(prompts.forced_close) == [tokenizer.convert_tokens_to_ids("[/THINK]")]
     r1 = ReplyPrompts(tokenizer, model_family("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"), 512, True)
     assert r1.forced_close.strip() == "</think>", "the other families keep their text tag"
+
+
+def test_an_earlier_turns_kept_thinking_is_written_in_its_own_control_tokens() -> None:
+    """Bug caught: Magistral's kept thinking written as "<think>…</think>" text, which it reads as words, not
+    as the thinking it wrote (its [THINK] tokens)."""
+    tokenizer = magistral_like_tokenizer()
+    prompts = ReplyPrompts(tokenizer, model_family("mistralai/Magistral-Small-2509"), 512, True)
+    messages = [{"role": "user", "content": "What is 2 + 2 ?"},
+                {"role": "assistant", "content": "The answer is 4", "kept_thinking": "Let me add ."},
+                {"role": "user", "content": "What is 2 + 2 ?"}]
+    ids, _ = prompts.for_reply(messages, SamplingConfig(think_budget=64, max_tokens=32), True, None)
+    think, close = (tokenizer.convert_tokens_to_ids(t) for t in ("[THINK]", "[/THINK]"))
+    assert ids[ids.index(think):ids.index(close) + 1] == [think, *tokenizer.convert_tokens_to_ids(
+        ["Let", "me", "add", "."]), close]
+    assert tokenizer.unk_token_id not in ids

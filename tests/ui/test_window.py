@@ -280,8 +280,10 @@ def test_a_send_appends_to_the_thread_and_it_reads_as_a_fresh_render(qtbot, make
     send(qtbot, window, "fourth question")
 
     fresh = ChatView()
+    fresh.keep_switches = window.chat_view.keep_switches  # each earlier reply's "keep its thinking" line
     fresh.render_thread(window.session.conversation)
     thread = window.chat_view.transcript.toPlainText()
     assert thread == fresh.transcript.toPlainText()
     assert [thread.count(f"answer number {n}") for n in (0, 1, 2)] == [1, 1, 1]
+    assert thread.count("Keep its thinking: off") == 3
     assert "elsewhere" not in thread and thread.rstrip().endswith("fourth question")

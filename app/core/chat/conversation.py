@@ -80,6 +80,7 @@ class Turn:
     backend: str = ""  # which backend answered: "local" or a remote profile's name
     loop_guard: str = ""  # what the loop guard found and did, one line per loop (LoopDetected.summary)
     tool_rounds: list[ToolRound] = field(default_factory=list)  # the calls before ``thinking`` and ``answer``
+    keep_thinking: bool = False  # later turns' prompts hold this turn's thinking (off: the cards' rule)
     parent: Turn | None = field(default=None, repr=False, compare=False)  # None: a first question
 
     def copy(self, parent: Turn | None) -> Turn:
@@ -196,15 +197,17 @@ class Conversation:
         return gone
 
     def messages(self) -> list[Message]:
-        """The chat so far for the model: earlier answers without their thinking, then the last user turn
-        with the tool calls its reply made so far and their results."""
+        """The chat so far for the model: earlier answers without their thinking (with it, as ``kept_thinking``,
+        where that turn's switch keeps it), then the last user turn with the tool calls its reply made so far and
+        their results."""
         messages: list[Message] = []
         for turn in self.turns[:-1]:
             messages.append({"role": "user", "content": turn.user})
             for tool_round in turn.tool_rounds:
                 messages += tool_round.messages()
             if turn.answer:
-                messages.append({"role": "assistant", "content": turn.answer})
+                kept = {"kept_thinking": turn.thinking.strip()} if turn.keep_thinking and turn.thinking.strip() else {}
+                messages.append({"role": "assistant", "content": turn.answer, **kept})
         if self.turns:
             messages.append({"role": "user", "content": self.turns[-1].user})
             for tool_round in self.turns[-1].tool_rounds:

@@ -174,12 +174,13 @@ class HistoryStore:
                     turn.message_id = self._db.execute(
                         "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, "
                         "answer_text, model, kv_cache_dtype, thinking_tokens, answer_tokens, ttft_s, tok_s, "
-                        "finish_reason, backend, loop_guard, tool_rounds, created_at, updated_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "finish_reason, backend, loop_guard, tool_rounds, keep_thinking, created_at, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (conversation.id, turn.parent.message_id if turn.parent else None, _depth(turn), turn.user,
                          turn.thinking, turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens,
                          turn.answer_tokens, turn.ttft_s, turn.answer_tok_s, turn.finish_reason or "stop",
-                         turn.backend, turn.loop_guard, _rounds_json(turn), now, now)).lastrowid
+                         turn.backend, turn.loop_guard, _rounds_json(turn), int(turn.keep_thinking), now,
+                         now)).lastrowid
                 leaf = conversation.leaf
                 self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
                                  (leaf.message_id if leaf else None, conversation.id))
@@ -235,6 +236,13 @@ class HistoryStore:
                  turn.finish_reason or "stop", turn.backend, turn.loop_guard, _rounds_json(turn), time.time(),
                  turn.message_id))
 
+    def set_keep_thinking(self, turn: Turn) -> None:
+        """A turn's "keep its thinking" switch, as it is now."""
+        if turn.message_id is not None:
+            with self._db:
+                self._db.execute("UPDATE messages SET keep_thinking = ? WHERE id = ?",
+                                 (int(turn.keep_thinking), turn.message_id))
+
     def message_row(self, message_id: int) -> dict[str, Any]:
         row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         return dict(row) if row else {}
@@ -253,7 +261,8 @@ def _turn_from(message: sqlite3.Row, parent: Turn | None) -> Turn:
                 answer_tokens=message["answer_tokens"], ttft_s=message["ttft_s"], answer_tok_s=message["tok_s"],
                 message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"],
                 backend=message["backend"], loop_guard=message["loop_guard"],
-                tool_rounds=_rounds_from(message["tool_rounds"]), parent=parent)
+                tool_rounds=_rounds_from(message["tool_rounds"]), keep_thinking=bool(message["keep_thinking"]),
+                parent=parent)
 
 
 def _depth(turn: Turn) -> int:

@@ -12,6 +12,7 @@ from app.engine.base import Message
 from app.engine.reply import trimming
 from app.engine.reply.harmony import FORCED_FINAL, HarmonyTemplate
 from app.engine.reply.harmony import REASONING_PARSER as HARMONY_REASONING
+from app.engine.reply.kept_thinking import KeptThinkingTemplate, mark_kept
 from app.engine.reply.reasoning import THINK_CLOSE
 from app.engine.reply.tool_calls import ToolOffer, template_messages
 
@@ -58,8 +59,12 @@ class ReplyPrompts:
         if tools:
             switch["tools"] = list(tools)
         # gpt-oss: Harmony rendered as vLLM's server renders it (tool rounds' reasoning kept), not a Jinja template
-        tokenizer = HarmonyTemplate(self.tokenizer, effort) if self.harmony else self.tokenizer
-        chat = list(messages) if self.harmony else template_messages(messages)
+        tokenizer: Any = HarmonyTemplate(self.tokenizer, effort) if self.harmony else self.tokenizer
+        chat = list(messages)
+        if not self.harmony:  # earlier turns' kept thinking: written in as the family's think block
+            chat, blocks = mark_kept(chat, self.family.own_think_tokens)
+            chat = template_messages(chat)
+            tokenizer = KeptThinkingTemplate(tokenizer, blocks) if blocks else tokenizer
         # Harmony opens its analysis channel itself, and Magistral its [THINK]: a <think> there is text it never wrote
         opens_itself = self.harmony or self.family.own_think_tokens is not None
         return trimming.fit_prompt(tokenizer, chat, limit=self.max_model_len, reserve=reserve,

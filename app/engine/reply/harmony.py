@@ -24,6 +24,7 @@ from typing import Any
 
 from app.core.settings.settings import ReasoningEffort
 from app.engine.events import ToolCall
+from app.engine.reply.kept_thinking import as_reasoning
 
 REASONING_PARSER = "openai_gptoss"
 TOOL_PARSER = "openai"
@@ -139,10 +140,26 @@ def harmony_prompt_ids(messages: Sequence[dict[str, Any]], tools: Sequence[dict[
     )
     from vllm.utils.mistral import mt
 
+    messages, kept = as_reasoning(messages)
     request = harmony_request(tools, [_with_text_arguments(m) for m in messages], effort)
     mt.maybe_serialize_tool_calls(request)  # as vLLM's renderer does: pydantic leaves tool_calls unread
     instructions, chat = extract_instructions_from_messages(list(request.messages))
     rendered = build_harmony_preamble(instructions=instructions, tools=request.tools if tools else None,
                                       reasoning_effort=request.reasoning_effort, with_custom_tools=bool(tools))
     rendered.extend(parse_chat_inputs_to_harmony_messages(chat))
-    return list(render_for_completion(rendered))
+    return list(render_for_completion(rendered)) if not kept else _render_keeping(rendered, kept)
+
+
+def _render_keeping(rendered: list[Any], kept: set[str]) -> list[int]:
+    """render_for_completion, but the analysis of a turn whose thinking is kept survives the drop of analysis
+    before the last final answer (the Harmony rule, which stays for every other turn)."""
+    from openai_harmony import Conversation, RenderConversationConfig, Role
+    from vllm.entrypoints.openai.parser.harmony_utils import _use_legacy_tool_call_headers, get_encoding
+
+    finals = [i for i, m in enumerate(rendered) if m.author.role == Role.ASSISTANT and m.channel == "final"]
+    last_final = finals[-1] if finals else -1
+    spared = [m for i, m in enumerate(rendered) if not (
+        i < last_final and m.channel == "analysis" and "".join(getattr(c, "text", "") for c in m.content) not in kept)]
+    ids = get_encoding().render_conversation_for_completion(
+        Conversation.from_messages(spared), Role.ASSISTANT, config=RenderConversationConfig(auto_drop_analysis=False))
+    return list(_use_legacy_tool_call_headers(ids))

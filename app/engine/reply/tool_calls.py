@@ -101,9 +101,10 @@ def template_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def without_reasoning(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages less a tool round's ``reasoning``: for chat templates that never had it, and for remote servers
-    (OpenAI's refuses fields it doesn't know in a message)."""
-    return [{key: value for key, value in message.items() if key != "reasoning"} for message in messages]
+    """Messages less a tool round's ``reasoning`` and a turn's kept thinking: for chat templates that never had
+    it, and for remote servers (OpenAI's refuses fields it doesn't know in a message)."""
+    return [{key: value for key, value in message.items() if key not in ("reasoning", "kept_thinking")}
+            for message in messages]
 
 
 def _with_object_arguments(call: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QTo
 
 from app.core.chat.attachments import Attachment, AttachmentError, question_with_files, read_attachment
 from app.core.chat.conversation import Conversation
+from app.core.chat.kept_thinking import think_block
 from app.core.models.embedded_model import embedded_model_dir
 from app.core.models.token_count import ContextFit, TokenCounter, counter_for
 from app.core.settings.settings import LOCAL_PROFILE, Settings
@@ -36,8 +37,11 @@ def context_fit(settings: Settings, conversation: Conversation, question: str, c
 
 
 def branch_tokens(conversation: Conversation, counter: TokenCounter) -> int:
-    """The questions and answers of the branch shown: what the model reads again on the next send."""
-    return sum(counter.count(turn.user) + counter.count(turn.answer) for turn in conversation.turns)
+    """The questions and answers of the branch shown, and the thinking kept with them: what the model reads again
+    on the next send."""
+    kept = sum(counter.count(think_block(turn.thinking)) for turn in conversation.turns[:-1]
+               if turn.keep_thinking and turn.thinking.strip())
+    return kept + sum(counter.count(turn.user) + counter.count(turn.answer) for turn in conversation.turns)
 
 
 class AttachmentsBar(QWidget):

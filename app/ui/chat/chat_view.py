@@ -9,12 +9,14 @@ thinking goes on in the thinking pane after a marker.
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.chat.conversation import Conversation, ToolRound, Turn
+from app.core.chat.kept_thinking import KeepSwitch
 from app.core.chat.reply import AFTER_TOOLS, LoopNote, Reply, ReplyState
 from app.ui.chat.answer_view import AnswerDocument
 from app.ui.chat.panes import AnswerPane, ThinkingPane
@@ -22,7 +24,7 @@ from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
 TURN_SCHEME = "nalar-turn"  # nalar-turn:INDEX/ACTION, a link on the shown turn at INDEX (never model text)
-TURN_ACTIONS = ("prev", "next", "edit", "fork", "delete")
+TURN_ACTIONS = ("prev", "next", "edit", "fork", "delete", "keep")
 
 
 class ChatView(QWidget):
@@ -42,6 +44,8 @@ class ChatView(QWidget):
         self.transcript_document = AnswerDocument(self.transcript, self._redraw_thread)  # answers, maths, links
         self._conversation: Conversation | None = None
         self._shown: tuple[str, list[Turn]] | None = None  # (conversation id, the turns) the transcript shows
+        # Each earlier turn's "keep its thinking" switch with its cost (set by the window; none: no switches)
+        self.keep_switches: Callable[[Conversation], list[KeepSwitch | None]] | None = None
         self.reply = Reply()  # until ``observe`` gives the session's
         self.thinking_pane = ThinkingPane(source=lambda: self.reply.trace)
         self.answer_pane = AnswerPane(source=lambda: self.reply.answer)
@@ -112,15 +116,16 @@ class ChatView(QWidget):
         turns = conversation.turns
         self._conversation = conversation
         places = conversation.branch_places()
+        switches = self.keep_switches(conversation) if self.keep_switches is not None else [None] * len(turns)
         if len(turns) >= 2 and self._shows_all_but_last(conversation):
             cursor = QTextCursor(self.transcript.document())
             cursor.movePosition(QTextCursor.MoveOperation.End)
             cursor.insertBlock()  # as setHtml ends a table: the reply starts below it
-            cursor.insertHtml(_reply(turns[-2], self.transcript_document)
+            cursor.insertHtml(_reply(turns[-2], self.transcript_document, switches[-2])
                               + _question(turns[-1], len(turns) - 1, places[-1]))
         else:
             self.transcript_document.clear()
-            parts = [_question(turn, i, places[i]) + _reply(turn, self.transcript_document)
+            parts = [_question(turn, i, places[i]) + _reply(turn, self.transcript_document, switches[i])
                      for i, turn in enumerate(turns[:-1])]
             if turns:
                 parts.append(_question(turns[-1], len(turns) - 1, places[-1]))
@@ -241,8 +246,10 @@ def _tool_calls(turn: Turn) -> str:
     return (f'<p style="color: #5b4d23"><small>{"<br>".join(lines)}</small></p>') if lines else ""
 
 
-def _reply(turn: Turn, document: AnswerDocument) -> str:
+def _reply(turn: Turn, document: AnswerDocument, switch: KeepSwitch | None = None) -> str:
     note = "" if turn.finish_reason in (None, "stop") else f" <i>({html.escape(turn.finish_reason)})</i>"
     if turn.backend:
         note = f" <small>via {html.escape(turn.backend)}</small>{note}"
+    if switch is not None:  # our own words and figures, not model text
+        note += f"&nbsp;&nbsp;&nbsp;<small>{_turn_link(switch.index, 'keep', html.escape(switch.label))}</small>"
     return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}</p>{document.html(turn.answer)}"
