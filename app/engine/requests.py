@@ -41,6 +41,7 @@ class MessageSpec:
     tool_call_id: str = ""  # a tool message: the call it answers
     reasoning_content: str = ""  # an assistant's thinking, under the name chat templates read
     kept_thinking: str = ""  # an earlier answer's thinking that its switch keeps in the prompt (kept_thinking.py)
+    reasoning: str = ""  # a tool round's thinking, under vLLM's name: Harmony keeps it between tool calls
 
     @classmethod
     def from_openai(cls, message: dict[str, Any]) -> MessageSpec:
@@ -49,7 +50,7 @@ class MessageSpec:
                       for c in message.get("tool_calls") or ())
         return cls(str(message.get("role", "")), message.get("content"), str(message.get("name") or ""), calls,
                    str(message.get("tool_call_id") or ""), str(message.get("reasoning_content") or ""),
-                   str(message.get("kept_thinking") or ""))
+                   str(message.get("kept_thinking") or ""), str(message.get("reasoning") or ""))
 
     def as_openai(self) -> dict[str, Any]:
         message: dict[str, Any] = {"role": self.role, "content": self.content}
@@ -63,6 +64,8 @@ class MessageSpec:
             message["reasoning_content"] = self.reasoning_content
         if self.kept_thinking:
             message["kept_thinking"] = self.kept_thinking
+        if self.reasoning:
+            message["reasoning"] = self.reasoning
         return message
 
 

@@ -127,6 +127,14 @@ def test_tools_and_messages_cross_the_pipe_typed_and_come_back_as_openai_json() 
                                 "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
                {"role": "tool", "tool_call_id": "c1", "content": "4 °C"}, {"role": "user", "content": "x", "name": "n"}]
     assert [MessageSpec.from_openai(m).as_openai() for m in history] == history
+    # A stored tool round as the window sends it: its thinking under vLLM's "reasoning", which Harmony keeps
+    # between tool calls (bug caught: dropped here, so gpt-oss in the app lost the thinking behind its call).
+    from app.core.chat.conversation import ToolRound, ToolStep
+
+    step = ToolStep("c1", "get_weather", '{"city": "Oslo"}', result="4 °C", status="ok")
+    round_messages = ToolRound("Ask the tool for Oslo.", [step]).messages()
+    assert round_messages[0]["reasoning"] == "Ask the tool for Oslo."
+    assert [MessageSpec.from_openai(m).as_openai() for m in round_messages] == round_messages
     named = {"type": "function", "function": {"name": "get_weather"}}
     for choice in ("auto", "none", "required", named):
         assert ToolChoiceSpec.from_openai(choice).as_openai() == choice
