@@ -122,9 +122,9 @@ class HistoryStore:
         with self._db:
             self._db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
 
-    def conversations(self, ids: list[str] | None = None) -> list[Conversation]:
+    def conversations(self, ids: list[str] | None = None, *, turns: bool = True) -> list[Conversation]:
         """All conversations (or those of ``ids``), oldest first, each with its whole tree, showing the leaf it
-        showed last."""
+        showed last. ``turns=False``: without their turns (the window's list; a chat's turns load when shown)."""
         found: dict[str, Conversation] = {}
         leaves: dict[str, int | None] = {}
         only = f"WHERE id IN ({', '.join('?' * len(ids))})" if ids is not None else ""
@@ -133,14 +133,15 @@ class HistoryStore:
             found[row["id"]] = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]),
                                             tools=bool(row["tools"]))
             leaves[row["id"]] = row["leaf_id"]
-        turns: dict[int | None, Turn] = {}
+        read: dict[int | None, Turn] = {}
         only = f"WHERE conversation_id IN ({', '.join('?' * len(ids))})" if ids is not None else ""
-        for message in self._db.execute(f"SELECT * FROM messages {only} ORDER BY conversation_id, id", ids or ()):
-            turn = _turn_from(message, turns.get(message["parent_id"]))
-            turns[turn.message_id] = turn
+        for message in self._db.execute(f"SELECT * FROM messages {only} ORDER BY conversation_id, id",
+                                        ids or ()) if turns else ():
+            turn = _turn_from(message, read.get(message["parent_id"]))
+            read[turn.message_id] = turn
             found[message["conversation_id"]].tree.append(turn)
         for conversation in found.values():
-            if shown := turns.get(leaves[conversation.id]) or (conversation.tree[-1] if conversation.tree else None):
+            if shown := read.get(leaves[conversation.id]) or (conversation.tree[-1] if conversation.tree else None):
                 conversation.show(shown)
         return list(found.values())
 

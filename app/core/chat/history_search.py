@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 MARK_START, MARK_END = "\x02", "\x03"
 SNIPPET_TOKENS = 12
-CANDIDATES = 500  # turns ranked per search: the newest that match (all of them, for a rarer word)
-WORD = re.compile(r"\w+")
+CANDIDATES = 300  # turns ranked per search: the newest that match (all of them, for a rarer word)
 MARKED_SPAN = re.compile(f"{MARK_START}(.*?){MARK_END}", re.DOTALL)
 
 FTS_SCHEMA = (
@@ -117,9 +116,10 @@ def _marked(column: int) -> str:
 
 
 def _words(texts: tuple[str, ...]) -> tuple[int, int]:
-    """Words matched (inside the marks) and words in all, over the searched columns."""
-    marked = sum(len(WORD.findall(span)) for text in texts for span in MARKED_SPAN.findall(text))
-    return marked, sum(len(WORD.findall(text)) for text in texts)
+    """Words matched (inside the marks) and words in all, over the searched columns, split at white space
+    (a regex's \\w+ took 40 ms per search for 500 rows)."""
+    marked = sum(len(span.split()) for text in texts for span in MARKED_SPAN.findall(text))
+    return marked, sum(len(text.split()) for text in texts)
 
 
 def _bm25(found: int, length: int, mean: float, k1: float = 1.2, b: float = 0.75) -> float:
