@@ -181,7 +181,7 @@ class MainWindow(QMainWindow):
     def show_conversation(self, row: int) -> None:
         if self.conversation_list.list.currentIndex().row() != row:
             self.conversation_list.select(row)
-        conversation = self.session.store.model[row]
+        conversation = self.session.store.read(row)
         self.controls.think_switch.show_chat(conversation.thinking)
         self.controls.tools_switch.show_chat(conversation.tools)
         self.chat_view.show_conversation(conversation)

@@ -51,6 +51,28 @@ def test_a_reply_cut_off_by_a_crash_is_kept_and_marked_interrupted() -> None:
     assert HistoryStore().interrupted == 0, "marked once"
 
 
+def test_replies_left_streaming_are_found_through_their_index_not_by_reading_every_row() -> None:
+    """Bugs caught: start-up reading all 200,000 turns (0.15-0.25 s) to find the replies a dead Nalar left
+    streaming; a reply reset to go on (Continue anyway) missing from that index; a schema 9 file without it."""
+    store = HistoryStore()
+    conversation, turn = conversation_with_turn(store)
+    turn.finish_reason = "stop"
+    store.finish_turn(turn)
+    store.start_turn(conversation, turn)  # the same row reset: streaming again
+    store.close()
+    with sqlite3.connect(history_path()) as db:
+        plan = " ".join(row[3] for row in db.execute(
+            "EXPLAIN QUERY PLAN UPDATE messages SET finish_reason = 'interrupted' WHERE finish_reason IS NULL"))
+        db.execute("DROP INDEX messages_streaming")
+        db.execute("PRAGMA user_version = 9")
+    db.close()
+    assert "messages_streaming" in plan
+    assert HistoryStore().interrupted == 1
+    with sqlite3.connect(history_path()) as db:
+        assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'messages_streaming'").fetchone()[0] == 1
+    db.close()
+
+
 def test_regenerate_keeps_the_old_reply_as_a_sibling_and_continue_resets_its_own_row() -> None:
     """Bugs caught: Regenerate overwriting the old reply's row (issue 34: both replies stay); a reply that goes
     on (Continue anyway keeps its ``message_id``) inserting a second row instead of resetting its own."""

@@ -256,7 +256,7 @@ def test_schema_9_columns_come_the_same_through_every_path(tmp_path) -> None:
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         db.execute("PRAGMA user_version = 8")
     store = HistoryStore()
-    assert rows(path, "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION == 9
+    assert rows(path, "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION == 10
     assert [t.message_id for t in store.conversations()[0].turns] == [1, 2, 3]
     assert rows(path, "SELECT thinking_edits, keep_thinking FROM messages WHERE id = 1") == [
         {"thinking_edits": "[]", "keep_thinking": 0}]

@@ -49,11 +49,12 @@ def run_search(query: str, *, as_json: bool, thinking: bool, limit: int) -> int:
 def run_export(conversation_id: str | None, *, everything: bool, kind: str) -> int:
     if (store := _open()) is None:
         return 1
-    try:
-        conversations = store.conversations()
+    try:  # the list first, then only the chosen chats' turns (not 10,000 chats' to export one)
+        chosen = _chosen(store.conversations(turns=False), conversation_id, everything)
+        if chosen is not None:
+            chosen = store.conversations([c.id for c in chosen]) if not everything else store.conversations()
     finally:
         store.close()
-    chosen = _chosen(conversations, conversation_id, everything)
     if chosen is None:
         print(f"No conversation has the id {conversation_id!r}; `nalar history search` shows ids.", file=sys.stderr)
         return 1

@@ -3,7 +3,8 @@
 Schema 7 stores each conversation as a tree of turns: a turn (a question and its reply) has a parent
 turn, siblings are other tries of the same point (an edited question, a regenerated reply), and the
 conversation remembers the leaf it shows. ``position`` is a turn's depth on its branch. Schema 8 adds
-the full-text index (history_search).
+the full-text index (history_search), schema 9 the columns of per-chat settings and thinking edits,
+schema 10 an index of the replies still streaming.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 from app.core.chat.history_search import add_search_index
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 CONVERSATIONS = """
 CREATE TABLE conversations (
@@ -52,6 +53,9 @@ CREATE TABLE {name} (
 )"""
 INDEXES = ("CREATE INDEX messages_by_conversation ON messages (conversation_id, id)",
            "CREATE INDEX messages_by_parent ON messages (parent_id)")
+# Schema 10: the replies still streaming, found at start-up without reading every row (0.15-0.25 s at 200,000
+# turns). Partial: only rows whose finish_reason is NULL are in it, a handful at most.
+STREAMING_INDEX = "CREATE INDEX IF NOT EXISTS messages_streaming ON messages (id) WHERE finish_reason IS NULL"
 # Every column schema 6 had, copied as it is by the step to 7.
 V6_COLUMNS = ("id, conversation_id, position, user_text, thinking_text, answer_text, model, kv_cache_dtype, "
               "thinking_tokens, answer_tokens, ttft_s, tok_s, finish_reason, backend, loop_guard, tool_rounds, "
@@ -106,6 +110,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], object]] = {
     6: _to_tree,
     7: add_search_index,  # schema 8: full-text search, built from what is stored
     8: _add_v9_columns,
+    9: _sql(STREAMING_INDEX),
 }
 
 
@@ -121,7 +126,7 @@ def create_or_migrate(db: sqlite3.Connection) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
         if fresh:
-            for statement in (CONVERSATIONS, MESSAGES.format(name="messages"), *INDEXES):
+            for statement in (CONVERSATIONS, MESSAGES.format(name="messages"), *INDEXES, STREAMING_INDEX):
                 db.execute(statement)
             add_search_index(db)
         else:
