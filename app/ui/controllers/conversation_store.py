@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
 from app.core.chat.history_import import read_import
@@ -77,6 +78,15 @@ class ConversationStore(QObject):
         """The chat's Tools switch, kept with the conversation."""
         self.conversation.tools = on
         self.history.save_conversation(self.conversation)
+
+    def set_chat_settings(self, settings: ChatSettings, *, switches: bool = False) -> None:
+        """The chat's own preset values (a snapshot), kept with it; ``switches``: a preset was chosen, so the
+        chat's Think and Tools switches take its defaults too."""
+        conversation = self.conversation
+        conversation.settings = settings
+        if switches:
+            conversation.thinking, conversation.tools = settings.values.thinking, settings.values.tools
+        self.history.save_conversation(conversation)
 
     def delete_current(self) -> None:
         row = self.current_row
