@@ -61,14 +61,24 @@ def effective(conversation: Conversation, presets: PresetsConfig) -> ChatSetting
     return conversation.settings or ChatSettings.of(presets.default_preset)
 
 
+SAMPLED = ("temperature", "top_p", "top_k", "max_tokens", "think_budget")
+
+
 def chat_sampling(conversation: Conversation, base: SamplingConfig, presets: PresetsConfig) -> SamplingConfig:
-    """``base`` (Settings' sampling: loop guard, penalties) with the chat's temperature, top-p, top-k, max
-    tokens, think budget and Think switch; a named budget also sets gpt-oss's effort."""
+    """``base`` (Settings' sampling: the model card's, the loop guard, penalties) with what the chat's values set
+    (temperature, top-p, top-k, max tokens, think budget) and its Think switch; a named budget (Low, Medium,
+    High) also sets gpt-oss's reasoning effort."""
     values = effective(conversation, presets).values
-    effort = budget_effort(values.think_budget) or base.reasoning_effort
-    return changed(base, temperature=values.temperature, top_p=values.top_p, top_k=values.top_k,
-                   max_tokens=values.max_tokens, think_budget=values.think_budget, thinking=conversation.thinking,
-                   reasoning_effort=effort)
+    own = {name: getattr(values, name) for name in SAMPLED if getattr(values, name) is not None}
+    budget = own.get("think_budget", base.think_budget)
+    return changed(base, **own, thinking=conversation.thinking,
+                   reasoning_effort=budget_effort(budget) or base.reasoning_effort)
+
+
+def chat_budget(conversation: Conversation, base: SamplingConfig, presets: PresetsConfig) -> int:
+    """The think budget the chat's replies run with."""
+    budget = effective(conversation, presets).values.think_budget
+    return base.think_budget if budget is None else budget
 
 
 def chat_messages(conversation: Conversation, presets: PresetsConfig) -> list[Message]:

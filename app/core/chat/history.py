@@ -319,8 +319,9 @@ def export_json(conversation: Conversation) -> str:
 def _settings_markdown(chat: ChatSettings) -> list[str]:
     """The chat's preset values above the transcript: the system prompt quoted, the sampling on one line."""
     v = chat.values
-    lines = [f"*Preset:* {chat.preset or 'custom'} · temperature {v.temperature} · top-p {v.top_p} · "
-             f"top-k {v.top_k} · max tokens {v.max_tokens} · think budget {v.think_budget}", ""]
+    own = [f"{name.replace('_', ' ')} {value}" for name, value in v.model_dump(exclude={"system_prompt"}).items()
+           if value is not None]
+    lines = [" · ".join([f"*Preset:* {chat.preset or 'custom'}", *own, "the rest as in Settings"]), ""]
     if v.system_prompt.strip():
         lines += ["*System prompt:*", "", *(f"> {line}" for line in v.system_prompt.strip().splitlines()), ""]
     return lines

@@ -23,7 +23,7 @@ from app.core.settings import paths
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: presets (seeded from the file's own sampling)
+SCHEMA_VERSION = 2  # 2: presets
 SETTINGS_FILE = "settings.json"
 
 KvCacheDtype = Literal["auto", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
@@ -158,20 +158,27 @@ class SamplingConfig(BaseModel):
 
 
 class PresetValues(BaseModel):
-    """What a preset sets for a chat: its system prompt, its sampling and its Think and Tools switches."""
+    """What a preset sets for a chat: its system prompt, sampling, think budget and Think and Tools switches.
+
+    A value left None follows Settings → Sampling (which follows the model card when a model is chosen), so the
+    built-in Default is today's sampling, and a preset names only what it changes."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
 
     system_prompt: str = Field("", max_length=20_000, description="Read by the model through its chat template "
                                                                   "(R1 distills: at the start of the first question).")
-    temperature: float = Field(0.6, ge=0.0, le=2.0)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=0, le=1000, description="Sample from the k likeliest tokens; 0: all of them.")
-    max_tokens: int = Field(1024, ge=1, le=131_072, description="Most answer tokens per reply.")
-    think_budget: int = Field(1024, ge=0, le=MAX_THINK_BUDGET,
-                              description="Most thinking tokens before the answer is forced.")
-    thinking: bool = Field(True, description="The Think switch of a chat that takes this preset.")
-    tools: bool = Field(False, description="The Tools switch of a chat that takes this preset.")
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="None: Settings → Sampling's.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="None: Settings → Sampling's.")
+    top_k: int | None = Field(None, ge=0, le=1000, description="Sample from the k likeliest tokens (0: all); "
+                                                               "None: Settings → Sampling's.")
+    max_tokens: int | None = Field(None, ge=1, le=131_072, description="Most answer tokens per reply; None: "
+                                                                       "Settings → Sampling's.")
+    think_budget: int | None = Field(None, ge=0, le=MAX_THINK_BUDGET, description="Most thinking tokens before the "
+                                                                                  "answer is forced; None: Settings'.")
+    thinking: bool | None = Field(None, description="The Think switch of a chat that takes this preset; "
+                                                     "None: Settings' Think (new chats).")
+    tools: bool | None = Field(None, description="The Tools switch of a chat that takes this preset; "
+                                                 "None: Settings → Tools' switch of new chats.")
 
 
 class Preset(PresetValues):
@@ -183,16 +190,12 @@ class Preset(PresetValues):
 DEFAULT_PRESET = "Default"
 
 
-def built_in_presets(sampling: dict[str, Any] | None = None) -> tuple[Preset, ...]:
-    """Default (today's sampling, no system prompt), Quick answer (a short think) and Careful proof (a long one).
-    ``sampling``: the settings file's own sampling, which Default keeps (the migration from schema 1)."""
-    fields = set(PresetValues.model_fields) - {"system_prompt", "tools"}
-    base = {key: value for key, value in (sampling or {}).items() if key in fields}
-    return (Preset(name=DEFAULT_PRESET, **base),
-            Preset(name="Quick answer", **{**base, "think_budget": THINK_BUDGET_LEVELS["low"]},
+def built_in_presets() -> tuple[Preset, ...]:
+    """Default (today's sampling, no system prompt), Quick answer (a short think) and Careful proof (a long one)."""
+    return (Preset(name=DEFAULT_PRESET),
+            Preset(name="Quick answer", think_budget=THINK_BUDGET_LEVELS["low"],
                    system_prompt="Answer briefly and directly."),
-            Preset(name="Careful proof", **{**base, "think_budget": THINK_BUDGET_LEVELS["high"],
-                                            "max_tokens": max(4096, int(base.get("max_tokens", 0)))},
+            Preset(name="Careful proof", think_budget=THINK_BUDGET_LEVELS["high"], max_tokens=4096,
                    system_prompt="Reason carefully and check each step. Give a complete, rigorous proof."))
 
 
@@ -364,13 +367,9 @@ def changed(base: Model, /, **changes: Any) -> Model:
 
 # Migrations take the raw dict of version N and return version N + 1.
 def _add_presets(raw: dict[str, Any]) -> dict[str, Any]:
-    """1 → 2: the built-in presets, Default keeping the sampling the file had (a user's temperature stays theirs)."""
-    sampling = raw.get("sampling") if isinstance(raw.get("sampling"), dict) else {}
-    try:
-        presets = built_in_presets(sampling)
-    except ValidationError:  # a bad sampling value fails the file's own validation next, with its reason
-        presets = built_in_presets()
-    raw.setdefault("presets", {"presets": [p.model_dump() for p in presets], "default": DEFAULT_PRESET})
+    """1 → 2: the built-in presets (Default leaves the file's own sampling in charge). The version goes up so that
+    an older Nalar leaves a file with presets untouched instead of moving it aside as unreadable."""
+    raw.setdefault("presets", {"presets": [p.model_dump() for p in built_in_presets()], "default": DEFAULT_PRESET})
     return raw
 
 

@@ -79,13 +79,14 @@ class ConversationStore(QObject):
         self.conversation.tools = on
         self.history.save_conversation(self.conversation)
 
-    def set_chat_settings(self, settings: ChatSettings, *, switches: bool = False) -> None:
-        """The chat's own preset values (a snapshot), kept with it; ``switches``: a preset was chosen, so the
-        chat's Think and Tools switches take its defaults too."""
+    def set_chat_settings(self, settings: ChatSettings, *, thinking: bool | None = None,
+                          tools: bool | None = None) -> None:
+        """The chat's own preset values (a snapshot), kept with it, and its switches if given (a preset was
+        chosen: they take its Think and Tools)."""
         conversation = self.conversation
         conversation.settings = settings
-        if switches:
-            conversation.thinking, conversation.tools = settings.values.thinking, settings.values.tools
+        conversation.thinking = conversation.thinking if thinking is None else thinking
+        conversation.tools = conversation.tools if tools is None else tools
         self.history.save_conversation(conversation)
 
     def delete_current(self) -> None:
