@@ -6,9 +6,11 @@ import json
 
 from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.history import HistoryStore, export_json, export_markdown
+from app.core.models.model_families import model_family
 from app.core.settings.settings import EngineConfig, Preset, PresetsConfig, SamplingConfig, Settings, changed
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.ui.chat.panes import BUDGET_REACHED
+from app.ui.chat.presets.binding import no_system_note
 from app.ui.chat.presets.controls import parse_budget
 
 THOUGHT = ["<think>", *(f"step{n} " for n in range(8)), "</think>", "The ", "answer."]
@@ -190,3 +192,28 @@ def test_under_budget_no_mark(qtbot, make_window) -> None:
     pane = window.chat_view.thinking_pane
     assert " / 2,048 tokens" in pane.header.text() and BUDGET_REACHED not in pane.header.text()
     assert BUDGET_REACHED not in pane.view.toPlainText()
+
+
+def test_the_window_says_where_an_r1_distill_reads_the_system_prompt() -> None:
+    """Bug caught: a user's system prompt moved into the question with no word about it (or a note shown for
+    models that read a system prompt, or for a preset without one)."""
+    r1 = model_family("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B")
+    assert "first question" in no_system_note(r1, ChatSettings.of(PROOF))
+    assert no_system_note(r1, ChatSettings.of(Preset(name="Default"))) == ""
+    assert no_system_note(model_family("Qwen/Qwen3-8B"), ChatSettings.of(PROOF)) == ""
+
+
+def test_gpt_oss_effort_and_the_chats_budget_are_one_choice(qtbot, make_window) -> None:
+    """Bug caught: a gpt-oss chat's Effort pick overridden by the chat's named budget (or the other way round),
+    so the request's reasoning_effort was not the one shown."""
+    engine = ScriptedEngineDouble([Script(THOUGHT)])
+    window = make_window(engine, settings_with())
+    wait_ready(qtbot, window)
+    effort = window.controls.effort_choice
+    effort.setCurrentIndex(effort.findData("high"))
+    effort.activated.emit(effort.currentIndex())
+    assert window.controls.budget_choice.currentText() == "High (8,192)"
+    send(qtbot, window)
+    assert (engine.samplings[-1].reasoning_effort, engine.samplings[-1].think_budget) == ("high", 8_192)
+    window.chat_settings.choose_budget(512)
+    assert effort.currentData() == "low"

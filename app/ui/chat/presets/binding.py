@@ -7,7 +7,7 @@ from PySide6.QtCore import QObject
 
 from app.core.chat.chat_settings import ChatSettings, chat_budget, effective
 from app.core.models.model_families import ModelFamily, model_family
-from app.core.settings.settings import MAX_THINK_BUDGET
+from app.core.settings.settings import MAX_THINK_BUDGET, THINK_BUDGET_LEVELS, budget_effort
 from app.ui.chat.panes import ThinkingPane
 from app.ui.chat.reply_controls import ReplyControls
 from app.ui.controllers.chat_session import ChatSession
@@ -30,8 +30,11 @@ class ChatSettingsBinding(QObject):
         self.controls, self.session, self.controller, self.pane = controls, session, controller, thinking_pane
         controls.preset_choice.chosen.connect(self.choose_preset)
         controls.budget_choice.chosen.connect(self.choose_budget)
+        # gpt-oss: its effort and the chat's budget are one choice (Low, Medium, High), kept with the chat
+        controls.effort_choice.chosen.connect(lambda effort: self.choose_budget(THINK_BUDGET_LEVELS[effort]))
         session.store.current_changed.connect(lambda _row: self.refresh())
         session.reply_started.connect(lambda _conversation: self.refresh())
+        session.state_changed.connect(self.refresh)  # no preset change under a reply
         controller.settings_changed.connect(lambda _before, _after: self.refresh())
         controller.bridge.engine_ready.connect(lambda _ready: self.refresh())
 
@@ -63,6 +66,11 @@ class ChatSettingsBinding(QObject):
         self.controls.preset_choice.setEnabled(not self.session.streaming)
         budget = chat_budget(conversation, self.controller.settings.sampling, presets)
         self.controls.budget_choice.show_budget(budget)
+        if (effort := budget_effort(budget)) is not None:
+            effort_choice = self.controls.effort_choice
+            effort_choice.blockSignals(True)
+            effort_choice.setCurrentIndex(effort_choice.findData(effort))
+            effort_choice.blockSignals(False)
         ready = self.controller.bridge.ready
         note = no_system_note(model_family(ready.model if ready else ""), chat)
         self.controls.preset_note.setText(note)
