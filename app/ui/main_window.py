@@ -32,6 +32,7 @@ from app.ui.chat.conversation_list import ConversationList
 from app.ui.chat.gauges import GaugeBar
 from app.ui.chat.panes import ErrorBanner, PromptEdit
 from app.ui.chat.plain_text import plain_label
+from app.ui.chat.presets.binding import ChatSettingsBinding
 from app.ui.chat.reply_controls import ReplyControls
 from app.ui.chat.status_bar import EngineStatusBar
 from app.ui.controllers.chat_session import ChatSession
@@ -70,6 +71,8 @@ class MainWindow(QMainWindow):
         self.menus = WindowMenus(self, self.controller, self.session, self.tools, self.gauges)
         self._connect()
         _connect_tools(self)
+        self.chat_settings = ChatSettingsBinding(self.controls, self.session, self.controller,
+                                                 self.chat_view.thinking_pane)  # preset and budget per chat
         self.session.store.load_history()
         self.refresh_state()
         if settings_notice:

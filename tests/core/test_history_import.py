@@ -76,7 +76,8 @@ def test_an_all_export_imports_every_conversation(tmp_path: Path) -> None:
 
 def test_an_openai_message_list_becomes_one_chat(tmp_path: Path) -> None:
     """Bugs caught: a message list refused, or its tool calls and results dropped (the answer then cites a
-    result that isn't there); OpenAI's list-of-parts content refused; a system message silently lost."""
+    result that isn't there); OpenAI's list-of-parts content refused; a system message silently lost (it is now
+    the chat's system prompt, as a preset's would be)."""
     file = tmp_path / "messages.json"
     file.write_text(json.dumps([
         {"role": "system", "content": "Be brief."},
@@ -88,7 +89,7 @@ def test_an_openai_message_list_becomes_one_chat(tmp_path: Path) -> None:
         {"role": "user", "content": "thanks"}, {"role": "assistant", "content": "You're welcome."}]))
     imported = read_import(file)
     [chat] = imported.conversations
-    assert "system message" in imported.notes[0]
+    assert imported.notes == [] and chat.settings is not None and chat.settings.values.system_prompt == "Be brief."
     assert chat.title == "What is 2+40?" and [t.user for t in chat.turns] == ["What is 2+40?", "thanks"]
     [step] = chat.turns[0].tool_rounds[0].calls
     assert (step.name, step.arguments, step.result, step.status) == ("add", '{"a": 2, "b": 40}', "42", "ok")

@@ -48,7 +48,7 @@ def test_tags_cut_across_deltas_land_in_the_right_panes(qtbot, make_window) -> N
     assert window.chat_view.thinking_pane.folded, "thinking folds away once the answer starts"
     window.chat_view.thinking_pane.toggle.click()
     assert not window.chat_view.thinking_pane.folded and window.chat_view.thinking_pane.view.isVisible()
-    assert window.chat_view.thinking_pane.header.text().startswith("Thinking · 2 tokens")
+    assert window.chat_view.thinking_pane.header.text().startswith("Thinking · 2 / 64 tokens")
     assert window.controls.send_button.isEnabled() and window.controls.copy_button.isEnabled()
     assert not window.controls.stop_button.isEnabled() and not window.controls.answer_now_button.isEnabled()
     assert "%" in window.gauges.kv_bar.text() and window.gauges.kv_usage > 0

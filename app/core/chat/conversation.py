@@ -10,7 +10,10 @@ from __future__ import annotations
 import uuid
 from copy import deepcopy
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.core.chat.chat_settings import ChatSettings
 
 # A chat message in OpenAI's shape: {"role", "content"}; an assistant's may also carry "tool_calls"
 # ([{"id", "type": "function", "function": {"name", "arguments": JSON text}}], content then "" or None),
@@ -95,6 +98,7 @@ class Conversation:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     thinking: bool = True  # the chat's Think switch
     tools: bool = False  # the chat's Tools switch
+    settings: ChatSettings | None = None  # the chat's preset values (chat_settings); None: the default preset
     tree: list[Turn] = field(default_factory=list, repr=False)  # every turn, in the order they were made
 
     def __post_init__(self) -> None:
@@ -171,7 +175,8 @@ class Conversation:
 
     def fork(self, index: int) -> Conversation:
         """"New chat from here": the shown branch up to the turn at ``index``, copied into a new conversation."""
-        forked = Conversation(title=f"{self.title} (fork)", thinking=self.thinking, tools=self.tools)
+        forked = Conversation(title=f"{self.title} (fork)", thinking=self.thinking, tools=self.tools,
+                              settings=self.settings)
         for turn in self.turns[:index + 1]:
             forked.add_turn(turn.copy(forked.leaf))
         return forked

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.chat.answer_markup import dollar_maths
+from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, ToolRound, Turn
 from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
 from app.core.chat.history_search import SearchHit, search
@@ -114,10 +115,12 @@ class HistoryStore:
 
     def _upsert(self, conversation: Conversation, now: float) -> None:
         self._db.execute(
-            "INSERT INTO conversations (id, title, thinking, tools, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title, "
-            "thinking = excluded.thinking, tools = excluded.tools, updated_at = excluded.updated_at",
-            (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools), now, now))
+            "INSERT INTO conversations (id, title, thinking, tools, chat_settings, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title, "
+            "thinking = excluded.thinking, tools = excluded.tools, chat_settings = excluded.chat_settings, "
+            "updated_at = excluded.updated_at",
+            (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools),
+             conversation.settings.to_json() if conversation.settings else "", now, now))
 
     def delete_conversation(self, conversation_id: str) -> None:
         with self._db:
@@ -129,10 +132,11 @@ class HistoryStore:
         found: dict[str, Conversation] = {}
         leaves: dict[str, int | None] = {}
         only = f"WHERE id IN ({', '.join('?' * len(ids))})" if ids is not None else ""
-        for row in self._db.execute(f"SELECT id, title, thinking, tools, leaf_id FROM conversations {only} "
-                                    "ORDER BY created_at, rowid", ids or ()):
+        for row in self._db.execute(f"SELECT id, title, thinking, tools, chat_settings, leaf_id FROM conversations "
+                                    f"{only} ORDER BY created_at, rowid", ids or ()):
             found[row["id"]] = Conversation(title=row["title"], id=row["id"], thinking=bool(row["thinking"]),
-                                            tools=bool(row["tools"]))
+                                            tools=bool(row["tools"]),
+                                            settings=ChatSettings.from_json(row["chat_settings"]))
             leaves[row["id"]] = row["leaf_id"]
         read: dict[int | None, Turn] = {}
         only = f"WHERE conversation_id IN ({', '.join('?' * len(ids))})" if ids is not None else ""
@@ -299,6 +303,8 @@ def _rounds_from(text: str) -> list[ToolRound]:
 
 def export_markdown(conversation: Conversation) -> str:
     lines = [f"# {conversation.title}", ""]
+    if conversation.settings is not None:
+        lines += _settings_markdown(conversation.settings)
     for turn in conversation.turns:
         lines += ["## You", "", turn.user, ""]
         for tool_round in turn.tool_rounds:
@@ -324,9 +330,21 @@ def export_json(conversation: Conversation) -> str:
     return json.dumps({
         "format": "nalar-conversation", "version": 1, "id": conversation.id, "title": conversation.title,
         "thinking": conversation.thinking, "tools": conversation.tools,
+        "chat_settings": conversation.settings.model_dump() if conversation.settings else None,
         "messages": [_turn_json(t) for t in conversation.turns],
         "tree": [_turn_json(t) | {"parent": place.get(id(t.parent))} for t in conversation.tree],
         "shown": place.get(id(leaf)) if leaf else None}, indent=2, ensure_ascii=False)
+
+
+def _settings_markdown(chat: ChatSettings) -> list[str]:
+    """The chat's preset values above the transcript: the system prompt quoted, the sampling on one line."""
+    v = chat.values
+    own = [f"{name.replace('_', ' ')} {value}" for name, value in v.model_dump(exclude={"system_prompt"}).items()
+           if value is not None]
+    lines = [" · ".join([f"*Preset:* {chat.preset or 'custom'}", *own, "the rest as in Settings"]), ""]
+    if v.system_prompt.strip():
+        lines += ["*System prompt:*", "", *(f"> {line}" for line in v.system_prompt.strip().splitlines()), ""]
+    return lines
 
 
 def _turn_json(t: Turn) -> dict[str, Any]:

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, ToolRound, ToolStep, Turn
+from app.core.settings.settings import PresetValues
 
 MAX_BYTES = 64 * 1024 * 1024
 TURN_TEXTS = ("user", "thinking", "answer", "model", "kv_cache_dtype", "backend", "loop_guard")
@@ -65,7 +69,8 @@ def _nalar(data: dict[str, Any], where: str) -> Conversation:
     title = data.get("title", "Imported conversation")
     if not isinstance(title, str):
         raise ImportProblem(f"{where}: \"title\" is not text.")
-    conversation = Conversation(title=title, thinking=bool(data.get("thinking", True)), tools=bool(data.get("tools")))
+    conversation = Conversation(title=title, thinking=bool(data.get("thinking", True)), tools=bool(data.get("tools")),
+                                settings=_chat_settings(data.get("chat_settings"), where))
     for n, item in enumerate(items):
         spot = f"{where}, message {n + 1}"
         if not isinstance(item, dict):
@@ -80,6 +85,18 @@ def _nalar(data: dict[str, Any], where: str) -> Conversation:
         leaf = shown if isinstance(shown, int) and 0 <= shown < len(conversation.tree) else len(conversation.tree) - 1
         conversation.show(conversation.tree[leaf])
     return conversation
+
+
+def _chat_settings(value: object, where: str) -> ChatSettings | None:
+    """The chat's preset values as exported (None, or absent in older exports: it follows the default preset)."""
+    if value is None:
+        return None
+    try:
+        return ChatSettings.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ImportProblem(f"{where}: \"chat_settings\" {'.'.join(str(p) for p in first['loc'])}: "
+                            f"{first['msg']}.") from exc
 
 
 def _turn(item: dict[str, Any], spot: str) -> Turn:
@@ -102,11 +119,13 @@ def _turn(item: dict[str, Any], spot: str) -> Turn:
 def _openai(messages: list[dict[str, Any]], notes: list[str]) -> Conversation:
     """user → a new turn; assistant → its answer (tool_calls, with the tool messages after them, a round)."""
     conversation = Conversation()  # named after its first question below
-    skipped = 0
+    skipped, system = 0, ""
     for n, message in enumerate(messages):
         role, content, spot = message.get("role"), _text(message.get("content"), n), f"message {n + 1}"
         turn = conversation.leaf
-        if role == "system":
+        if role == "system" and not system and turn is None:
+            system = content  # the chat's system prompt, as a preset's would be
+        elif role == "system":
             skipped += 1
         elif role == "user":
             conversation.add_turn(Turn(user=content, finish_reason="stop"))
@@ -128,7 +147,10 @@ def _openai(messages: list[dict[str, Any]], notes: list[str]) -> Conversation:
     if not conversation.turns:
         raise ImportProblem("The message list has no user message.")
     if skipped:
-        notes.append(f"{skipped} system message(s) not imported: Nalar chats have no system prompt yet.")
+        notes.append(f"{skipped} system message(s) after the first question not imported: a Nalar chat has one "
+                     "system prompt, before its first question.")
+    if system.strip():
+        conversation.settings = ChatSettings(preset="Imported", values=PresetValues(system_prompt=system))
     conversation.title_from_first_message()
     return conversation
 

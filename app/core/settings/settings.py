@@ -23,7 +23,7 @@ from app.core.settings import paths
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: presets
 SETTINGS_FILE = "settings.json"
 
 KvCacheDtype = Literal["auto", "bfloat16", "fp8_e4m3", "fp8_e5m2"]
@@ -124,6 +124,13 @@ MAX_THINK_BUDGET = 131_072  # "Unlimited": the reply is cut by the context first
 THINK_BUDGET_LEVELS: dict[str, int] = {"low": 512, "medium": 2_048, "high": 8_192}
 
 
+def budget_effort(budget: int) -> ReasoningEffort | None:
+    """gpt-oss: a named budget (Low, Medium, High) is its reasoning effort; other numbers leave the effort be."""
+    levels: dict[int, ReasoningEffort] = {THINK_BUDGET_LEVELS["low"]: "low", THINK_BUDGET_LEVELS["medium"]: "medium",
+                                          THINK_BUDGET_LEVELS["high"]: "high"}
+    return levels.get(budget)
+
+
 class SamplingConfig(BaseModel):
     """Per-request sampling; defaults are those recommended for R1-style models."""
 
@@ -150,6 +157,73 @@ class SamplingConfig(BaseModel):
         return SamplingConfig.model_validate({**self.model_dump(), "loop_guard": guard.model_dump()})
 
 
+class PresetValues(BaseModel):
+    """What a preset sets for a chat: its system prompt, sampling, think budget and Think and Tools switches.
+
+    A value left None follows Settings → Sampling (which follows the model card when a model is chosen), so the
+    built-in Default is today's sampling, and a preset names only what it changes."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    system_prompt: str = Field("", max_length=20_000, description="Read by the model through its chat template "
+                                                                  "(R1 distills: at the start of the first question).")
+    temperature: float | None = Field(None, ge=0.0, le=2.0, description="None: Settings → Sampling's.")
+    top_p: float | None = Field(None, gt=0.0, le=1.0, description="None: Settings → Sampling's.")
+    top_k: int | None = Field(None, ge=0, le=1000, description="Sample from the k likeliest tokens (0: all); "
+                                                               "None: Settings → Sampling's.")
+    max_tokens: int | None = Field(None, ge=1, le=131_072, description="Most answer tokens per reply; None: "
+                                                                       "Settings → Sampling's.")
+    think_budget: int | None = Field(None, ge=0, le=MAX_THINK_BUDGET, description="Most thinking tokens before the "
+                                                                                  "answer is forced; None: Settings'.")
+    thinking: bool | None = Field(None, description="The Think switch of a chat that takes this preset; "
+                                                     "None: Settings' Think (new chats).")
+    tools: bool | None = Field(None, description="The Tools switch of a chat that takes this preset; "
+                                                 "None: Settings → Tools' switch of new chats.")
+
+
+class Preset(PresetValues):
+    """A named set of chat values, chosen per chat beside the Think switch."""
+
+    name: str = Field(min_length=1, max_length=64, description="Shown beside the Think switch.")
+
+
+DEFAULT_PRESET = "Default"
+
+
+def built_in_presets() -> tuple[Preset, ...]:
+    """Default (today's sampling, no system prompt), Quick answer (a short think) and Careful proof (a long one)."""
+    return (Preset(name=DEFAULT_PRESET),
+            Preset(name="Quick answer", think_budget=THINK_BUDGET_LEVELS["low"],
+                   system_prompt="Answer briefly and directly."),
+            Preset(name="Careful proof", think_budget=THINK_BUDGET_LEVELS["high"], max_tokens=4096,
+                   system_prompt="Reason carefully and check each step. Give a complete, rigorous proof."))
+
+
+class PresetsConfig(BaseModel):
+    """The presets a chat can take; ``default`` is what a new chat (and a chat without its own values) uses."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=True)
+
+    presets: tuple[Preset, ...] = Field(default_factory=built_in_presets, min_length=1)
+    default: str = Field(DEFAULT_PRESET, description="The preset of new chats.")
+
+    @model_validator(mode="after")
+    def _default_exists(self) -> PresetsConfig:
+        names = [preset.name for preset in self.presets]
+        if len(names) != len(set(names)):
+            raise ValueError("two presets have the same name")
+        if self.default not in names:
+            raise ValueError(f"the default preset {self.default!r} is not in the list")
+        return self
+
+    def preset(self, name: str) -> Preset | None:
+        return next((p for p in self.presets if p.name == name), None)
+
+    @property
+    def default_preset(self) -> Preset:
+        return self.preset(self.default) or self.presets[0]
+
+
 LOCAL_PROFILE = "local"
 
 
@@ -161,6 +235,9 @@ class EndpointProfile(BaseModel):
     name: str = Field(min_length=1, max_length=64, description="Shown in the UI and recorded with each reply.")
     base_url: str = Field(pattern=r"^https?://\S+$", description="For example http://gpu-box:8000/v1.")
     model: str = Field("", description="Model id on the server; empty means the first one it serves.")
+    send_think_budget: bool = Field(
+        False, description="Send the chat's think budget as thinking_token_budget (and gpt-oss's reasoning_effort): "
+                           "vLLM servers take them, many others refuse a request that has them.")
 
 
 class BackendsConfig(BaseModel):
@@ -270,6 +347,7 @@ class Settings(BaseModel):
     backends: BackendsConfig = Field(default_factory=BackendsConfig)
     api_server: ApiServerConfig = Field(default_factory=ApiServerConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)  # absent in older files: defaults, no migration
+    presets: PresetsConfig = Field(default_factory=PresetsConfig)  # schema 2 (MIGRATIONS[1] seeds them)
 
     def with_engine(self, **changes: Any) -> Settings:
         """These settings with engine fields changed, validated: the one way code changes an engine setting."""
@@ -288,7 +366,14 @@ def changed(base: Model, /, **changes: Any) -> Model:
 
 
 # Migrations take the raw dict of version N and return version N + 1.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _add_presets(raw: dict[str, Any]) -> dict[str, Any]:
+    """1 → 2: the built-in presets (Default leaves the file's own sampling in charge). The version goes up so that
+    an older Nalar leaves a file with presets untouched instead of moving it aside as unreadable."""
+    raw.setdefault("presets", {"presets": [p.model_dump() for p in built_in_presets()], "default": DEFAULT_PRESET})
+    return raw
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _add_presets}
 
 
 def settings_path() -> Path:

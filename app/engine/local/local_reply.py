@@ -200,6 +200,11 @@ class ReplyRequests:
             phase: Phase = "thinking" if splitter.in_thinking else "answer"  # before the delta moves it on
             return phase, splitter.feed(text, delta_ids)
 
+        # Nalar counts the budget itself rather than pass vLLM 0.32's SamplingParams.thinking_token_budget: that
+        # one needs a ReasoningConfig fixed at engine start (start/end strings; a request is refused without it),
+        # forces only the end tokens inside the one request, and can't be moved mid-reply. Nalar's cut also serves
+        # Answer now, the loop guard's conclude and resample, gpt-oss's Harmony final channel, reasoning mode's
+        # tags and the remote backends, with one count that the thinking pane's header shows.
         def thinking_cut() -> bool:
             if splitter.in_thinking and (stream.rates["thinking"].tokens >= reply.budget or rid in self.answer_now):
                 reply.forced_close = True

@@ -21,6 +21,25 @@ REASONING_SYSTEM_PROMPT = ("You are a helpful assistant. Think step by step insi
 FORCED_THINK_CLOSE = "\n" + THINK_CLOSE + "\n\n"
 
 
+def place_system(messages: Sequence[Message], family: ModelFamily, reasoning: bool = False) -> list[Message]:
+    """Where the model reads a system prompt (a chat's preset, an API client's). Families whose card says to use
+    none (the R1 distills: "all instructions should be contained within the user prompt") get its text at the
+    start of the first question instead. ``reasoning``: Nalar's reasoning mode, whose instruction goes first."""
+    chat = list(messages)
+    system = chat.pop(0)["content"] or "" if chat and chat[0]["role"] == "system" else ""
+    if reasoning and REASONING_SYSTEM_PROMPT not in system:
+        system = f"{REASONING_SYSTEM_PROMPT}\n\n{system}".strip()
+    if not system:
+        return chat
+    if family.system_prompt:
+        return [{"role": "system", "content": system}, *chat]
+    first = next((n for n, m in enumerate(chat) if m["role"] == "user"), None)
+    if first is None:
+        return chat
+    chat[first] = {**chat[first], "content": f"{system}\n\n{chat[first]['content'] or ''}"}
+    return chat
+
+
 class ReplyPrompts:
     """Prompts for one loaded engine: its tokenizer, its model's family and its context length."""
 
@@ -73,8 +92,7 @@ class ReplyPrompts:
     def for_reply(self, messages: list[Message], sampling: SamplingConfig, thinking_on: bool,
                   offer: ToolOffer | None) -> tuple[list[int], int]:
         """The reply's prompt ids and how many old turns were dropped to leave room for its tokens."""
-        if thinking_on and self.family.thinking == "plain" and not any(m["role"] == "system" for m in messages):
-            messages = [{"role": "system", "content": REASONING_SYSTEM_PROMPT}, *messages]
+        messages = place_system(messages, self.family, reasoning=thinking_on and self.family.thinking == "plain")
         budget = sampling.think_budget if thinking_on else 0
         reserve = min(budget + sampling.max_tokens, self.max_model_len // 4)
         return self.fit(messages, reserve, opened_think=thinking_on, tools=offer.tools if offer is not None else (),

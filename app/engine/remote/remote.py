@@ -23,7 +23,7 @@ import openai
 from openai import AsyncOpenAI
 
 from app.core.models.model_families import model_family
-from app.core.settings.settings import EndpointProfile, EngineConfig, SamplingConfig
+from app.core.settings.settings import MAX_THINK_BUDGET, EndpointProfile, EngineConfig, SamplingConfig, budget_effort
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, EngineReady, FinishReason, ToolCall, ToolCallDelta
@@ -192,7 +192,8 @@ class RemoteEngine(EngineBase):
                 if self._client is None or ready is None:
                     raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
                                         NOT_STARTED_FIX)
-                kwargs = chat_request(self.model, messages, sampling, tools, tool_choice)
+                kwargs = chat_request(self.model, messages, sampling, tools, tool_choice,
+                                      send_budget=self.profile.send_think_budget)
                 # The server may take its time before the first chunk: that wait is what the budget bounds.
                 chunk_stream: AsyncIterator[Any] = await self._until_stopped(
                     self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
@@ -251,8 +252,10 @@ class RemoteEngine(EngineBase):
 
 
 def chat_request(model: str, messages: Sequence[Message], sampling: SamplingConfig, tools: Tools | None,
-                 tool_choice: ToolChoice | None) -> dict[str, Any]:
-    """The streamed chat-completions request for ``model``, as the openai client's keyword arguments."""
+                 tool_choice: ToolChoice | None, send_budget: bool = False) -> dict[str, Any]:
+    """The streamed chat-completions request for ``model``, as the openai client's keyword arguments.
+    ``send_budget``: the profile's switch to send the think budget in vLLM's and OpenAI's fields too (Nalar's
+    own count still cuts the reply; a server that enforces it just stops earlier)."""
     kwargs: dict[str, Any] = {
         "model": model, "messages": without_reasoning(messages), "stream": True,
         "temperature": sampling.temperature, "top_p": sampling.top_p,
@@ -260,6 +263,12 @@ def chat_request(model: str, messages: Sequence[Message], sampling: SamplingConf
         "stream_options": {"include_usage": True}}
     if model_family(model).thinking == "hybrid":  # the Think switch, the way vLLM's server takes it
         kwargs["extra_body"] = {"chat_template_kwargs": {"enable_thinking": sampling.thinking}}
+    if send_budget and sampling.thinking:
+        unlimited = sampling.think_budget >= MAX_THINK_BUDGET
+        kwargs.setdefault("extra_body", {})["thinking_token_budget"] = -1 if unlimited else sampling.think_budget
+        effort = budget_effort(sampling.think_budget)
+        if effort is not None or model_family(model).parser == "openai_gptoss":
+            kwargs["reasoning_effort"] = effort or sampling.reasoning_effort
     kwargs.update(request_fields(sampling, tools, tool_choice))
     return kwargs
 

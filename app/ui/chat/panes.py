@@ -35,6 +35,7 @@ MAX_DISPLAY_BLOCK = 2000
 # Past this, the answer's streaming tail is committed at a line break so re-renders stay short.
 MAX_MARKDOWN_TAIL = 4000
 # Failures a restart can cure (the others need a settings change, which their fix names).
+BUDGET_REACHED = "— budget reached —"  # where the think budget closed the thinking (the trace and the header)
 RESTARTABLE = (FailureKind.ENGINE_DIED, FailureKind.NOT_READY, FailureKind.ENGINE_START_FAILED,
                FailureKind.UNREACHABLE, FailureKind.TIMEOUT)
 
@@ -110,6 +111,8 @@ class ThinkingPane(QFrame):
         self._started: float | None = None
         self._ended: float | None = None
         self.tokens = 0
+        self.budget: int | None = None  # the chat's think budget, counted against in the header (None: none shown)
+        self._budget_marked = False
         self.show_loop(None)
 
     def clear(self) -> None:
@@ -119,6 +122,7 @@ class ThinkingPane(QFrame):
         self.view.clear()
         self._started = self._ended = None
         self.tokens = 0
+        self._budget_marked = False
         self.show_loop(None)
         self.set_folded(False)
         self._update_header()
@@ -175,10 +179,30 @@ class ThinkingPane(QFrame):
         self.tokens = tokens
         self._update_header()
 
+    def set_budget(self, budget: int | None) -> None:
+        """The chat's think budget (None, or unlimited: the header shows the count alone)."""
+        self.budget = budget
+        self._update_header()
+
+    @property
+    def budget_reached(self) -> bool:
+        return self.budget is not None and 0 < self.budget <= self.tokens
+
     def end(self) -> None:
         if self._started is not None and self._ended is None:
             self._ended = time.monotonic()
         self._update_header()
+
+    def _mark_budget(self) -> None:
+        """The thinking ended on its budget: a line says so where it stopped (once; counts can come after the end)."""
+        if self._budget_marked or not self.budget_reached or self._ended is None:
+            return
+        self._budget_marked = True
+        cursor = self.view.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertBlock()
+        cursor.insertText(BUDGET_REACHED)
+        self._block_len = len(BUDGET_REACHED)
 
     def seconds(self) -> float:
         if self._started is None:
@@ -186,7 +210,10 @@ class ThinkingPane(QFrame):
         return (self._ended or time.monotonic()) - self._started
 
     def _update_header(self) -> None:
-        self.header.setText(f"Thinking · {self.tokens} tokens · {self.seconds():.1f} s")
+        counted = f"{self.tokens:,} / {self.budget:,}" if self.budget else f"{self.tokens:,}"
+        mark = f" · {BUDGET_REACHED}" if self.budget_reached else ""
+        self.header.setText(f"Thinking · {counted} tokens · {self.seconds():.1f} s{mark}")
+        self._mark_budget()
 
     def set_folded(self, folded: bool) -> None:
         self.toggle.setChecked(folded)

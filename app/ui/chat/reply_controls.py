@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QHBoxLayout, QPushButton, QWidget
 from app.core.models.model_families import ModelFamily
 from app.core.settings.settings import ReasoningEffort
 from app.ui.chat.plain_text import plain_label
+from app.ui.chat.presets.controls import BudgetChoice, PresetChoice, system_prompt_note
 from app.ui.chat.think_switch import EffortChoice, ThinkSwitch, ToolsSwitch
 
 
@@ -17,6 +18,9 @@ class ReplyControls(QWidget):
         self.send_button = QPushButton("Send")
         self.think_switch = ThinkSwitch()
         self.effort_choice = EffortChoice()
+        self.preset_choice = PresetChoice()  # the chat's preset and think budget (app/ui/chat/presets)
+        self.budget_choice = BudgetChoice()
+        self.preset_note = system_prompt_note()
         self.tools_switch = ToolsSwitch()
         self.stop_button = QPushButton("Stop")
         self.answer_now_button = QPushButton("Answer now")
@@ -30,8 +34,9 @@ class ReplyControls(QWidget):
         self.cancel_edit_button = QPushButton("Cancel edit")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for button in (self.send_button, self.think_switch, self.effort_choice, self.tools_switch, self.stop_button,
-                       self.answer_now_button, self.regenerate_button, self.continue_button, self.copy_button):
+        for button in (self.send_button, self.think_switch, self.effort_choice, self.budget_choice, self.preset_choice,
+                       self.preset_note, self.tools_switch, self.stop_button, self.answer_now_button,
+                       self.regenerate_button, self.continue_button, self.copy_button):
             layout.addWidget(button)
         layout.addStretch(1)
         layout.addWidget(self.edit_label)

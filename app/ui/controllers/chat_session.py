@@ -14,6 +14,7 @@ import dataclasses
 from PySide6.QtCore import QObject, QTimer, Signal
 from qasync import asyncSlot
 
+from app.core.chat.chat_settings import chat_messages, chat_sampling, effective
 from app.core.chat.conversation import Conversation, ToolStep
 from app.core.chat.history import HistoryStore
 from app.core.chat.reply import Reply
@@ -112,11 +113,13 @@ class ChatSession(ReplyContinuations, QObject):
         # With a resume, the panes show the kept text again; the engine's deltas go on after it.
         kept = (resume.thinking, resume.answer if resume.phase == "answer" else "") if resume else ("", "")
         self.reply.begin(turn.backend, *kept)
+        presets = self.controller.settings.presets
+        conversation.settings = effective(conversation, presets)  # frozen at its first reply: edits don't reach it
         self.store.start_turn(turn)
         self._partial_timer.start()
         self.state_changed.emit()
-        # This chat's Think switch, on whatever sampling this reply runs with (Continue anyway: guard warns).
-        sampling = changed(sampling or self.controller.settings.sampling, thinking=conversation.thinking)
+        # This chat's values and Think switch, on whatever sampling this reply runs with (Continue anyway: guard warns).
+        sampling = chat_sampling(conversation, sampling or self.controller.settings.sampling, presets)
         if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
             self.notice.emit(warning)
         await self._generate(conversation, sampling, resume, self.tool_choice)
@@ -127,7 +130,8 @@ class ChatSession(ReplyContinuations, QObject):
         offered = self._offered_tools(conversation)
         if self.tool_loop is not None:  # calls sent back for a request that allowed none never run
             self.tool_loop.sent_choice = tool_choice if offered else None
-        await self.feed.run(conversation.messages(), sampling, resume, [tool.openai() for tool in offered] or None,
+        messages = chat_messages(conversation, self.controller.settings.presets)  # the preset's system prompt first
+        await self.feed.run(messages, sampling, resume, [tool.openai() for tool in offered] or None,
                             tool_choice if offered else None)
 
     def _offered_tools(self, conversation: Conversation) -> list[ToolInfo]:
@@ -162,7 +166,7 @@ class ChatSession(ReplyContinuations, QObject):
         self.feed.new_request()
         self.reply.continue_after_tools()
         self.state_changed.emit()
-        sampling = changed(self.controller.settings.sampling, thinking=conversation.thinking)
+        sampling = chat_sampling(conversation, self.controller.settings.sampling, self.controller.settings.presets)
         rounds = len(conversation.turns[-1].tool_rounds)
         choice = self.tool_loop.next_choice(self.tool_choice, rounds, self.feed.answer_now_next)
         await self._generate(conversation, sampling, None, choice)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
 from app.core.chat.history_import import read_import
@@ -91,6 +92,16 @@ class ConversationStore(QObject):
         """The chat's Tools switch, kept with the conversation."""
         self.conversation.tools = on
         self.history.save_conversation(self.conversation)
+
+    def set_chat_settings(self, settings: ChatSettings, *, thinking: bool | None = None,
+                          tools: bool | None = None) -> None:
+        """The chat's own preset values (a snapshot), kept with it, and its switches if given (a preset was
+        chosen: they take its Think and Tools)."""
+        conversation = self.conversation
+        conversation.settings = settings
+        conversation.thinking = conversation.thinking if thinking is None else thinking
+        conversation.tools = conversation.tools if tools is None else tools
+        self.history.save_conversation(conversation)
 
     def delete_current(self) -> None:
         row = self.current_row

@@ -6,6 +6,8 @@ collects typed keys and writes them to the KeyStore when the dialog applies.
 
 from __future__ import annotations
 
+from typing import Any
+
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
@@ -39,7 +41,7 @@ class BackendsPanel(QGroupBox):
         super().__init__("Backends (local engine and remote OpenAI-compatible endpoints)", parent)
         self.setObjectName("BackendsPanel")
         self.keys = keys
-        self.profiles: list[dict[str, str]] = [p.model_dump() for p in backends.profiles]
+        self.profiles: list[dict[str, Any]] = [p.model_dump() for p in backends.profiles]  # EndpointProfile's
         self.new_keys: dict[str, str] = {}  # profile name → key typed in this dialog
         self.renamed: dict[str, str] = {}  # new name → the name its stored key is under
         self.removed: set[str] = set()
@@ -53,6 +55,8 @@ class BackendsPanel(QGroupBox):
         self.url_edit.setPlaceholderText("http://gpu-box:8000/v1")
         self.model_edit = QLineEdit()
         self.model_edit.setPlaceholderText("empty: the first model the server lists")
+        self.send_budget = QCheckBox("Send the chat's think budget (thinking_token_budget, reasoning_effort)")
+        self.send_budget.setToolTip(EndpointProfile.model_fields["send_think_budget"].description or "")
         self.key_edit = QLineEdit()
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_edit.setPlaceholderText("stored in the system keyring")
@@ -79,6 +83,7 @@ class BackendsPanel(QGroupBox):
         editor.addRow("Base URL", self.url_edit)
         editor.addRow("Model", self.model_edit)
         editor.addRow("API key", self.key_edit)
+        editor.addRow("", self.send_budget)
         choice = QFormLayout()
         choice.addRow("Answer with", self.active_combo)
         choice.addRow("Fallback profile", self.fallback_combo)
@@ -97,6 +102,7 @@ class BackendsPanel(QGroupBox):
         self.remove_button.clicked.connect(self.remove_profile)
         for edit in (self.name_edit, self.url_edit, self.model_edit):
             edit.textEdited.connect(self._edit_profile)
+        self.send_budget.clicked.connect(self._edit_profile)
         self.key_edit.textEdited.connect(self._edit_key)
         for combo in (self.active_combo, self.fallback_combo):
             combo.currentIndexChanged.connect(self.changed)
@@ -121,7 +127,8 @@ class BackendsPanel(QGroupBox):
             combo.setCurrentIndex(max(0, combo.findData(current)))
             combo.blockSignals(False)
         has = bool(self.profiles)
-        for widget in (self.name_edit, self.url_edit, self.model_edit, self.key_edit, self.remove_button):
+        for widget in (self.name_edit, self.url_edit, self.model_edit, self.key_edit, self.remove_button,
+                       self.send_budget):
             widget.setEnabled(has)
         if has:
             self.list.setCurrentRow(min(select, len(self.profiles) - 1))
@@ -132,11 +139,13 @@ class BackendsPanel(QGroupBox):
         if not 0 <= row < len(self.profiles):
             return
         profile = self.profiles[row]
-        self.name_edit.setText(profile["name"])
-        self.url_edit.setText(profile["base_url"])
-        self.model_edit.setText(profile["model"])
+        name = str(profile["name"])
+        self.name_edit.setText(name)
+        self.url_edit.setText(str(profile["base_url"]))
+        self.model_edit.setText(str(profile["model"]))
+        self.send_budget.setChecked(bool(profile.get("send_think_budget", False)))
         self.key_edit.clear()
-        stored = profile["name"] in self.new_keys or self.keys.get(profile_entry(profile["name"]))
+        stored = name in self.new_keys or self.keys.get(profile_entry(name))
         self.key_edit.setPlaceholderText("a key is stored" if stored else "stored in the system keyring")
         self._show_key_notice()
 
@@ -158,10 +167,11 @@ class BackendsPanel(QGroupBox):
         row = self.list.currentRow()
         if not 0 <= row < len(self.profiles):
             return
-        old_name = self.profiles[row]["name"]
+        old_name = str(self.profiles[row]["name"])
         new_name = self.name_edit.text().strip()
         self.profiles[row] = {"name": new_name, "base_url": self.url_edit.text().strip(),
-                              "model": self.model_edit.text().strip()}
+                              "model": self.model_edit.text().strip(),
+                              "send_think_budget": self.send_budget.isChecked()}
         if old_name != new_name:
             if old_name in self.new_keys:
                 self.new_keys[new_name] = self.new_keys.pop(old_name)
@@ -175,7 +185,7 @@ class BackendsPanel(QGroupBox):
     def _edit_key(self, text: str) -> None:
         row = self.list.currentRow()
         if 0 <= row < len(self.profiles):
-            self.new_keys[self.profiles[row]["name"]] = text
+            self.new_keys[str(self.profiles[row]["name"])] = text
             self._show_key_notice()
 
     def _show_key_notice(self) -> None:
@@ -191,7 +201,7 @@ class BackendsPanel(QGroupBox):
         names = [p["name"] for p in self.profiles]
         if len(set(names)) != len(names):
             raise ValueError("two profiles have the same name")
-        return BackendsConfig(profiles=tuple(EndpointProfile(**p) for p in self.profiles),
+        return BackendsConfig(profiles=tuple(EndpointProfile.model_validate(p) for p in self.profiles),
                               active=self.active_combo.currentData() or LOCAL_PROFILE,
                               fallback=self.fallback_combo.currentData() or NO_FALLBACK,
                               fallback_to_local=self.fallback_to_local.isChecked(),

@@ -41,6 +41,7 @@ from app.engine.machine.capability import HardwareProbe
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.dialogs.backends_panel import ApiServerPanel, BackendsPanel
 from app.ui.dialogs.planner_view import PlannerView
+from app.ui.dialogs.presets.presets_tab import PresetsTab
 from app.ui.dialogs.schema_form import editor_for, editor_value
 from app.ui.dialogs.tools_tab import ToolsTab
 
@@ -256,6 +257,9 @@ class SettingsDialog(QDialog):
         self.tools_tab = ToolsTab(settings.tools, tools)  # app/ui/dialogs/tools_tab.py
         self.tools_tab.changed.connect(self.revalidate)
         self.tabs.addTab(self.tools_tab, "Tools")
+        self.presets_tab = PresetsTab(settings.presets)  # app/ui/dialogs/presets
+        self.presets_tab.changed.connect(self.revalidate)
+        self.tabs.addTab(self.presets_tab, "Presets")
         engine_page = pages["engine"]
         engine_page.addWidget(self.reasons)
         engine_page.addWidget(QLabel("<b>What fits</b> (planner, before anything loads)"))
@@ -323,10 +327,16 @@ class SettingsDialog(QDialog):
             backends = None
             problems.append(backends_problem(exc))
         try:
+            presets = self.presets_tab.value()
+        except ValueError as exc:  # a name left empty or used twice: shown under the presets
+            presets = None
+            problems.append(str(exc))
+        try:
             candidate = Settings(engine=EngineConfig(**raw["engine"]),
                                  sampling=SamplingConfig(**raw["sampling"], loop_guard=raw["loop_guard"]),
                                  backends=backends or self.original.backends,
-                                 api_server=self.api_server_panel.value(), tools=self.tools_tab.value())
+                                 api_server=self.api_server_panel.value(), tools=self.tools_tab.value(),
+                                 presets=presets or self.original.presets)
         except ValidationError as exc:
             candidate = None
             for section, field, message in field_errors(exc):
@@ -343,13 +353,13 @@ class SettingsDialog(QDialog):
             self._field_error("engine", "max_model_len", f"This model supports at most {limit:,} tokens.")
             problems.append("Context length: beyond the model's maximum")
             candidate = None
-        if backends is None:
+        if backends is None or presets is None:
             candidate = None
         self.candidate = candidate
         ok = candidate is not None
         self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(ok)
         self.buttons.button(QDialogButtonBox.StandardButton.Apply).setEnabled(ok)
-        backend_problems = [p for p in problems if p.startswith("Backends: ")]
+        backend_problems = [p for p in problems if p.startswith(("Backends: ", "Presets: "))]
         self.form_error.setText("" if ok else "\n".join(backend_problems) or "Fix the fields marked in red to apply.")
         self.planner_view.show_plan(raw["engine"], self.probe)
 
