@@ -123,7 +123,7 @@ class MainWindow(QMainWindow):
         self.attachments.refused.connect(lambda problem, fix: self.banner.show_problem(problem, fix))
         controls = self.controls
         controls.send_button.clicked.connect(self.send)
-        controls.think_switch.toggled.connect(store.set_thinking)
+        controls.think_switch.toggled.connect(lambda on: store.set_switches(thinking=on))
         controls.effort_choice.chosen.connect(controller.set_reasoning_effort)
         controls.stop_button.clicked.connect(session.stop)
         controls.answer_now_button.clicked.connect(session.answer_now)
@@ -266,7 +266,7 @@ def _connect_tools(window: MainWindow) -> None:
     panel.run.connect(loop.approve)
     panel.always.connect(lambda step: loop.approve(step, always=True))
     panel.deny.connect(loop.deny)
-    window.controls.tools_switch.toggled.connect(session.store.set_tools)
+    window.controls.tools_switch.toggled.connect(lambda on: session.store.set_switches(tools=on))
     window.tools.notice.connect(window.show_notice)
     controller = window.controller
     window.tools.servers_changed.connect(

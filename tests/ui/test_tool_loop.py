@@ -41,7 +41,7 @@ def make_session(qtbot, ui_loop) -> Iterator[object]:
         session = ChatSession(controller, HistoryStore(), tools=tools_controller)
         made.append((session, controller, tools_controller))
         session.store.load_history()
-        session.store.set_tools(True)
+        session.store.set_switches(tools=True)
         controller.start_engine()
         tools_controller.configure(settings.tools.servers)
         qtbot.waitUntil(lambda: controller.engine_ready and "demo" in tools_controller.states, timeout=30_000)
@@ -190,7 +190,7 @@ def test_a_call_to_a_tool_not_offered_is_answered_without_running(qtbot, make_se
 def test_tools_off_sends_no_tools(qtbot, make_session) -> None:
     """Bug caught: tools offered to the model in a chat whose Tools switch is off."""
     session = make_session(Script(["plain"]))
-    session.store.set_tools(False)
+    session.store.set_switches(tools=False)
     with qtbot.waitSignal(session.reply_finished, timeout=20_000) as blocker:
         asyncio.ensure_future(session.send("hi"))
     assert isinstance(blocker.args[0], Finished)
@@ -241,7 +241,7 @@ def test_calls_sent_for_a_request_that_allowed_none_never_run(qtbot, make_sessio
     if allowed == "tool_choice none":
         session.tool_choice = "none"
     else:
-        session.store.set_tools(False)
+        session.store.set_switches(tools=False)
     said = notices(session)
     with qtbot.waitSignal(session.reply_finished, timeout=20_000):
         asyncio.ensure_future(session.send("no tools please"))

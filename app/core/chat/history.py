@@ -111,16 +111,7 @@ class HistoryStore:
 
     def save_conversation(self, conversation: Conversation) -> None:
         with self._db:
-            self._upsert(conversation, time.time())
-
-    def _upsert(self, conversation: Conversation, now: float) -> None:
-        self._db.execute(
-            "INSERT INTO conversations (id, title, thinking, tools, chat_settings, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title, "
-            "thinking = excluded.thinking, tools = excluded.tools, chat_settings = excluded.chat_settings, "
-            "updated_at = excluded.updated_at",
-            (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools),
-             conversation.settings.to_json() if conversation.settings else "", now, now))
+            _upsert(self._db, conversation, time.time())
 
     def delete_conversation(self, conversation_id: str) -> None:
         with self._db:
@@ -175,7 +166,7 @@ class HistoryStore:
         with self._db:
             self._db.execute("BEGIN")
             for conversation in conversations:
-                self._upsert(conversation, now)
+                _upsert(self._db, conversation, now)
                 for turn in conversation.tree:
                     turn.message_id = self._db.execute(
                         "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, "
@@ -252,6 +243,17 @@ class HistoryStore:
     def message_row(self, message_id: int) -> dict[str, Any]:
         row = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         return dict(row) if row else {}
+
+
+def _upsert(db: sqlite3.Connection, conversation: Conversation, now: float) -> None:
+    """A conversation's own row (not its turns): added, or its title, switches and settings updated."""
+    db.execute(
+        "INSERT INTO conversations (id, title, thinking, tools, chat_settings, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET title = excluded.title, "
+        "thinking = excluded.thinking, tools = excluded.tools, chat_settings = excluded.chat_settings, "
+        "updated_at = excluded.updated_at",
+        (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools),
+         conversation.settings.to_json() if conversation.settings else "", now, now))
 
 
 def _quick_check(db: sqlite3.Connection, path: Path) -> str:

@@ -83,14 +83,10 @@ class ConversationStore(QObject):
         self.model.set_title(max(0, self.current_row), title)
         self.history.save_conversation(self.conversation)
 
-    def set_thinking(self, on: bool) -> None:
-        """The chat's Think switch, kept with the conversation."""
-        self.conversation.thinking = on
-        self.history.save_conversation(self.conversation)
-
-    def set_tools(self, on: bool) -> None:
-        """The chat's Tools switch, kept with the conversation."""
-        self.conversation.tools = on
+    def set_switches(self, *, thinking: bool | None = None, tools: bool | None = None) -> None:
+        """The chat's Think and Tools switches (those given), kept with the conversation."""
+        self.conversation.thinking = self.conversation.thinking if thinking is None else thinking
+        self.conversation.tools = self.conversation.tools if tools is None else tools
         self.history.save_conversation(self.conversation)
 
     def set_chat_settings(self, settings: ChatSettings, *, thinking: bool | None = None,
