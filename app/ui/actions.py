@@ -62,6 +62,10 @@ ACTIONS: tuple[Action, ...] = (
     Action("stop", "S&top", "Chat", lambda w: w.session.stop(), "Esc"),
     Action("answer_now", "&Answer now", "Chat", lambda w: w.session.answer_now(), "Ctrl+Shift+Return"),
     Action("regenerate", "&Regenerate", "Chat", lambda w: w.session.regenerate(), "Ctrl+R"),
+    # While the model thinks: stop it with the thinking pane editable, then go on from the edited text.
+    Action("pause_thinking", "Pa&use the thinking", "Chat", lambda w: w.session.pause_thinking(), "Ctrl+P"),
+    Action("resume_thinking", "Resu&me from the edited thinking", "Chat",
+           lambda w: w.session.resume_thinking(w.chat_view.thinking_pane.edited_text()), "Ctrl+Shift+P"),
     Action("continue_answer", "C&ontinue the reply", "Chat", lambda w: w.session.continue_answer(), "Ctrl+Shift+R"),
     # The newest turn with other tries (usually the last reply): the window's "◀ ▶" without the mouse.
     Action("previous_branch", "&Previous branch", "Chat", lambda w: w.conversation_actions.switch_newest(-1),
