@@ -118,6 +118,7 @@ class ThinkingPane(QFrame):
         self._started: float | None = None
         self._ended: float | None = None
         self.tokens = 0
+        self._edits: list[ThinkingEdit] = []  # the user's edits, highlighted (mark_edits)
         self.show_loop(None)
 
     def clear(self) -> None:
@@ -155,6 +156,8 @@ class ThinkingPane(QFrame):
             self._block_len += len(line)
         self.view.setTextCursor(cursor)
         self.view.ensureCursorVisible()
+        if self._edits:
+            self._draw_marks()
 
     def text(self) -> str:
         return self._source()
@@ -184,9 +187,18 @@ class ThinkingPane(QFrame):
 
     def mark_edits(self, edits: Sequence[ThinkingEdit]) -> None:
         """Highlight where the user's text went in, and say so above the trace; nothing for no edits."""
+        self._edits = list(edits)
+        self._draw_marks()
+        if edits:
+            self.edit_note.setText(f"✎ You edited this thinking from character {edits[-1].at} (highlighted); the "
+                                   "model went on from your text. The history keeps both versions.")
+        self.edit_note.setVisible(bool(edits))
+
+    def _draw_marks(self) -> None:
+        """Drawn anew after each append: a selection ending where text goes in would grow with it."""
         marks = []
-        end = len(self.view.toPlainText())
-        for edit in edits:
+        end = self.view.document().characterCount() - 1
+        for edit in self._edits:
             mark = QTextEdit.ExtraSelection()
             mark.format.setBackground(QColor("#d6ecff"))  # type: ignore[attr-defined]
             cursor = self.view.textCursor()
@@ -195,10 +207,6 @@ class ThinkingPane(QFrame):
             mark.cursor = cursor  # type: ignore[attr-defined]
             marks.append(mark)
         self.view.setExtraSelections(marks)
-        if edits:
-            self.edit_note.setText(f"✎ You edited this thinking from character {edits[-1].at} (highlighted); the "
-                                   "model went on from your text. The history keeps both versions.")
-        self.edit_note.setVisible(bool(edits))
 
     def show_loop(self, summary: str | None, collapse_from: int | None = None, copies: int = 0) -> None:
         """The loop guard's notice (None hides it). ``collapse_from``: the trace from there was the
