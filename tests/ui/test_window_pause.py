@@ -37,7 +37,8 @@ def test_pause_then_an_added_hint_resumes_from_exactly_the_edited_text_and_the_t
                                                                                                make_window) -> None:
     """Bug caught: Resume sends the thinking as the model left it (the edit lost), the pane stays read-only while
     paused, or the turn keeps only one version (the original, or the edit) in the history and the exports."""
-    engine = ScriptedEngineDouble([Script(LONG_THOUGHT, tokens_per_second=100), Script(AFTER_EDIT)])
+    engine = ScriptedEngineDouble([Script(LONG_THOUGHT, tokens_per_second=100), Script(AFTER_EDIT),
+                                   Script(["<think>x</think>", "3000 mm."])])
     window = make_window(engine, SETTINGS)
     controls, pane, session = window.controls, window.chat_view.thinking_pane, window.session
     qtbot.waitUntil(controls.send_button.isEnabled, timeout=10_000)
@@ -76,6 +77,11 @@ def test_pause_then_an_added_hint_resumes_from_exactly_the_edited_text_and_the_t
     assert "Hint: check the units." in markdown
     exported = json.loads(export_json(session.conversation))
     assert exported["messages"][0]["thinking_edits"] == [{"original": original, "edited": edited}]
+    with qtbot.waitSignal(window.reply_finished, timeout=20_000):
+        window.prompt.setPlainText("And in mm?")
+        controls.send_button.click()
+    assert "thinking edited by you (1×)" in window.chat_view.transcript.toPlainText(), "the thread marks the turn"
+    assert not pane.edit_note.isVisible() and pane.view.extraSelections() == [], "the new reply has no edit"
 
 
 def test_pause_applies_only_while_the_reply_thinks(qtbot, make_window) -> None:
