@@ -101,6 +101,15 @@ def test_pause_applies_only_while_the_reply_thinks(qtbot, make_window) -> None:
     assert session.pause.state == "off" and "Stopped" in window.notice_label.text()
     assert window.chat_view.thinking_pane.view.isReadOnly()
 
+    window.controls.think_switch.setChecked(False)  # a chat that doesn't think has nothing to pause
+    engine.scripts.append(Script([f"w{i} " for i in range(300)], think_start="closed", tokens_per_second=100))
+    window.prompt.setPlainText("count again")
+    controls.send_button.click()
+    qtbot.waitUntil(lambda: session.streaming, timeout=10_000)
+    assert not session.can_pause and not controls.pause_button.isEnabled()
+    with qtbot.waitSignal(window.reply_finished, timeout=20_000):
+        window.menus.trigger("stop")
+
 
 def test_esc_while_paused_drops_the_edit_and_keeps_the_turn_as_paused(qtbot, make_window) -> None:
     """Bug caught: Esc while paused did nothing (not streaming), leaving the pane editable with an edit that

@@ -89,8 +89,9 @@ class ReplyContinuations:
 
     @property
     def can_pause(self) -> bool:
-        """The reply streams its thinking on an engine that can go on from an edited one."""
-        return ThinkingPause.applies(self.reply, self.controller.bridge.engine.can_resume)
+        """The reply streams its thinking (this chat thinks) on an engine that can go on from an edited one."""
+        can_resume = self.controller.bridge.engine.can_resume
+        return self.conversation.thinking and ThinkingPause.applies(self.reply, can_resume)
 
     @property
     def pause_reason(self) -> str:
