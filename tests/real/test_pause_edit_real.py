@@ -24,7 +24,7 @@ pytestmark = pytest.mark.real_engine
 
 # A long prompt (a pasted list, then the question), so the share the cache can hold is not hidden by vLLM's
 # block rounding (128 tokens a block on CPU): the edited thinking's new tokens are what is left to compute.
-QUESTION = "".join(f"Item {n}: {n * 7 % 500} cm.\n" for n in range(1, 181)) + "How long is item 3 in metres?"
+QUESTION = "".join(f"Item {n}: {n * 7 % 500} cm.\n" for n in range(1, 121)) + "How long is item 3 in metres?"
 HINT = "Hint: check the units."
 
 
@@ -69,6 +69,8 @@ def test_pause_edit_resume_sends_the_edited_thinking_and_the_prefix_cache_holds_
     qtbot.waitUntil(controls.send_button.isEnabled, timeout=300_000)
     host = window.controller.bridge.engine
     tokenizer = host.tokenizer
+    prompt_tokens = len(host.fit_prompt([{"role": "user", "content": QUESTION}], 0, opened_think=True)[0])
+    assert 1300 < prompt_tokens < 2048 - 200 - 16, prompt_tokens  # long, yet room for the thinking and answer
     sent = SentRequests(host)
 
     window.prompt.setPlainText(QUESTION)

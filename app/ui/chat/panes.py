@@ -125,6 +125,8 @@ class ThinkingPane(QFrame):
         if self._own is not None:
             self._own.keep(0)
         self._block_len = 0
+        self._edits = []
+        self.view.setExtraSelections([])
         self.view.clear()
         self._started = self._ended = None
         self.tokens = 0
