@@ -74,11 +74,13 @@ def test_pause_edit_resume_sends_the_edited_thinking_and_the_prefix_cache_holds_
     sent = SentRequests(host)
 
     window.prompt.setPlainText(QUESTION)
-    controls.send_button.click()
+    with qtbot.waitSignal(session.reply_started, timeout=10_000):
+        controls.send_button.click()
     reply = session.reply
     qtbot.waitUntil(lambda: len(reply.thinking.split()) >= 3 or not reply.in_thinking or not session.streaming,
                     timeout=180_000)
-    assert controls.pause_button.isEnabled(), (reply.thinking, reply.answer)
+    assert controls.pause_button.isEnabled(), (reply.thinking, reply.answer, window.banner.text(),
+                                               window.notice_label.text())
     controls.pause_button.click()
     qtbot.waitUntil(lambda: session.pause.state != "pausing", timeout=30_000)
     assert session.pause.paused, "the reply was still thinking when Pause was pressed"
