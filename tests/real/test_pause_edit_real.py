@@ -24,7 +24,8 @@ pytestmark = pytest.mark.real_engine
 
 # A long prompt (a pasted list, then the question), so the share the cache can hold is not hidden by vLLM's
 # block rounding (128 tokens a block on CPU): the edited thinking's new tokens are what is left to compute.
-QUESTION = "".join(f"Item {n}: {n * 7 % 500} cm.\n" for n in range(1, 121)) + "Think it through step by step: how long is item 3 in metres?"
+QUESTION = ("".join(f"Item {n}: {n * 7 % 500} cm.\n" for n in range(1, 121))
+            + "Think it through step by step: how long is item 3 in metres?")
 HINT = "Hint: check the units."
 
 
