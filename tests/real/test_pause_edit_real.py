@@ -78,7 +78,7 @@ def test_pause_edit_resume_sends_the_edited_thinking_and_the_prefix_cache_holds_
     with qtbot.waitSignal(session.reply_started, timeout=10_000):
         controls.send_button.click()
     reply = session.reply
-    qtbot.waitUntil(lambda: reply.thinking.strip() or not reply.in_thinking or not session.streaming,
+    qtbot.waitUntil(lambda: bool(reply.thinking.strip()) or not reply.in_thinking or not session.streaming,
                     timeout=180_000)  # paused at the first thought: a small model may close its thinking soon
     assert controls.pause_button.isEnabled(), (reply.thinking, reply.answer, window.banner.text(),
                                                window.notice_label.text())
