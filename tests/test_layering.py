@@ -45,6 +45,7 @@ INSIDE = {
     "engine.scripted": {"engine.reply", "engine.base"} | CONTRACT,
     "core.settings": {"core.settings"},
     "core.chat": {"core.chat", "core.settings"},
+    "core.steering": {"core.steering", "core.chat", "core.settings"},  # builds on conversations, never under them
     "core.models": {"core.models", "core.settings"},
     "core.measure": {"core.measure", "core.models", "core.settings"},
     # Controllers hold state and talk to the engine; they build no widget.

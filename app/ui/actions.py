@@ -66,6 +66,10 @@ ACTIONS: tuple[Action, ...] = (
     Action("regenerate", "&Regenerate", "Chat", lambda w: w.session.regenerate(), "Ctrl+R"),
     # The last question under 2 to 4 variants at once, side by side (app/ui/compare).
     Action("compare", "Co&mpare…", "Chat", open_compare, "Ctrl+Shift+M"),
+    # While the model thinks: stop it with the thinking pane editable, then go on from the edited text.
+    Action("pause_thinking", "Pa&use the thinking", "Chat", lambda w: w.session.pause_thinking(), "Ctrl+P"),
+    Action("resume_thinking", "Resu&me from the edited thinking", "Chat",
+           lambda w: w.session.resume_thinking(w.chat_view.thinking_pane.edited_text()), "Ctrl+Shift+P"),
     Action("continue_answer", "C&ontinue the reply", "Chat", lambda w: w.session.continue_answer(), "Ctrl+Shift+R"),
     # The newest turn with other tries (usually the last reply): the window's "◀ ▶" without the mouse.
     Action("previous_branch", "&Previous branch", "Chat", lambda w: w.conversation_actions.switch_newest(-1),

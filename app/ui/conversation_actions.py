@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox
 
 from app.core.chat.conversation import Conversation
 from app.core.chat.history_search import SearchHit
-from app.core.chat.kept_thinking import KeepSwitch, keep_switches, toggle
+from app.core.steering.kept_thinking import KeepSwitch, keep_switches, toggle
 from app.ui.chat.attachments_bar import branch_tokens, model_counter
 
 if TYPE_CHECKING:

@@ -73,6 +73,7 @@ class MainWindow(QMainWindow):
         _connect_tools(self)
         self.chat_settings = ChatSettingsBinding(self.controls, self.session, self.controller,
                                                  self.chat_view.thinking_pane)  # preset and budget per chat
+        _connect_pause(self)
         self.session.store.load_history()
         self.refresh_state()
         if settings_notice:
@@ -147,7 +148,9 @@ class MainWindow(QMainWindow):
         session = self.session
         self.controls.set_state(engine_ready=engine_ready, streaming=streaming,
                                 has_turns=bool(session.store.last_turn), has_answer=bool(session.reply.answer),
-                                awaiting_tools=session.awaiting_tools, can_continue=session.can_continue)
+                                awaiting_tools=session.awaiting_tools, can_continue=session.can_continue,
+                                can_pause=session.can_pause and session.pause.state == "off",
+                                paused=session.pause.paused, pause_reason=session.pause_reason)
         self.conversation_list.setEnabled(not streaming)
         self.menus.actions["restart_engine"].setEnabled(not streaming)
 
@@ -275,3 +278,13 @@ def _connect_tools(window: MainWindow) -> None:
         lambda before, after: window.tools.sync(after.tools.servers, before.tools.servers))
     if controller.settings.tools.servers:  # once the UI loop runs: the window is built before qasync's loop starts
         QTimer.singleShot(0, lambda: window.tools.configure(controller.settings.tools.servers))
+
+
+def _connect_pause(window: MainWindow) -> None:
+    """Pause and Resume: the buttons, and the controls following the reply into its answer and the pause."""
+    session, controls = window.session, window.controls
+    controls.pause_button.clicked.connect(session.pause_thinking)
+    controls.resume_button.clicked.connect(lambda: window.menus.trigger("resume_thinking"))
+    session.reply.answer_started.connect(lambda _: window.refresh_state())  # Pause applies while it thinks
+    session.pause.changed.connect(lambda _state: window.refresh_state())
+    window.chat_view.observe_pause(session.pause)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core.chat.compare import Comparison, Variant, agreement, final_number, normalise
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
 from app.core.settings.settings import MAX_THINK_BUDGET, SamplingConfig
+from app.core.steering.compare import Comparison, Variant, agreement, final_number, normalise
 
 
 def test_a_number_written_differently_agrees() -> None:

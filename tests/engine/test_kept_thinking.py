@@ -11,9 +11,9 @@ import pytest
 
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
-from app.core.chat.kept_thinking import keep_switches, think_block, toggle
 from app.core.models.model_families import PLAIN
 from app.core.settings.settings import SamplingConfig
+from app.core.steering.kept_thinking import keep_switches, think_block, toggle
 from app.engine.local.reply_prompt import ReplyPrompts
 from app.engine.reply.harmony import harmony_prompt_ids
 from app.engine.reply.tool_calls import without_reasoning

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core.chat.compare import Variant
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
 from app.core.settings.settings import EngineConfig, SamplingConfig
+from app.core.steering.compare import Variant
 from app.engine.process.engine_process import EngineProcess
 from app.ui.compare.compare_runner import CompareRunner
 from app.ui.controllers.bridge import EngineBridge

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from app.commands.jobs import machine_description, report_stem, save_json, sibling
-from app.core.chat.compare import Variant
 from app.core.settings.settings import EngineConfig, SamplingConfig
+from app.core.steering.compare import Variant
 
 PROMPT = "A train leaves at 3 pm at 60 km/h; another leaves the same station at 4 pm at 90 km/h. When does it catch up?"
 

@@ -7,6 +7,7 @@ what the window draws and what the model reads. ``Conversation.tree`` holds ever
 
 from __future__ import annotations
 
+import os
 import uuid
 from copy import deepcopy
 from dataclasses import asdict, dataclass, field, replace
@@ -67,6 +68,32 @@ class ToolRound:
                    data.get("content", ""))
 
 
+@dataclass(frozen=True)
+class ThinkingEdit:
+    """The user paused the thinking and changed it: the thinking as the model had written it (``original``)
+    and what the reply went on from (``edited``). Whole texts, so either version reads back as it was."""
+
+    original: str
+    edited: str
+
+    @property
+    def at(self) -> int:
+        """Where the user's change begins: the length of what both versions share."""
+        return len(os.path.commonprefix([self.original, self.edited]))
+
+    @property
+    def inserted(self) -> str:
+        """The user's text from ``at`` to the end of the edited thinking (a whole rewrite, or an added note)."""
+        return self.edited[self.at:]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ThinkingEdit:
+        return cls(str(data.get("original", "")), str(data.get("edited", "")))
+
+
 @dataclass
 class Turn:
     user: str
@@ -84,11 +111,13 @@ class Turn:
     loop_guard: str = ""  # what the loop guard found and did, one line per loop (LoopDetected.summary)
     tool_rounds: list[ToolRound] = field(default_factory=list)  # the calls before ``thinking`` and ``answer``
     keep_thinking: bool = False  # later turns' prompts hold this turn's thinking (off: the cards' rule)
+    thinking_edits: list[ThinkingEdit] = field(default_factory=list)  # pause, edit, resume: oldest first
     parent: Turn | None = field(default=None, repr=False, compare=False)  # None: a first question
 
     def copy(self, parent: Turn | None) -> Turn:
         """The same turn, every field, as a new row (no ``message_id``) under ``parent``."""
-        return replace(self, message_id=None, parent=parent, tool_rounds=deepcopy(self.tool_rounds))
+        return replace(self, message_id=None, parent=parent, tool_rounds=deepcopy(self.tool_rounds),
+                       thinking_edits=list(self.thinking_edits))
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 
 from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.chat_settings import ChatSettings
-from app.core.chat.conversation import Conversation, ToolRound, Turn
+from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, Turn
 from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
 from app.core.chat.history_search import SearchHit, search
 from app.core.settings import paths
@@ -171,13 +171,14 @@ class HistoryStore:
                     turn.message_id = self._db.execute(
                         "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, "
                         "answer_text, model, kv_cache_dtype, thinking_tokens, answer_tokens, ttft_s, tok_s, "
-                        "finish_reason, backend, loop_guard, tool_rounds, keep_thinking, created_at, updated_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "finish_reason, backend, loop_guard, tool_rounds, keep_thinking, thinking_edits, created_at, "
+                        "updated_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (conversation.id, turn.parent.message_id if turn.parent else None, _depth(turn), turn.user,
                          turn.thinking, turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens,
                          turn.answer_tokens, turn.ttft_s, turn.answer_tok_s, turn.finish_reason or "stop",
-                         turn.backend, turn.loop_guard, _rounds_json(turn), int(turn.keep_thinking), now,
-                         now)).lastrowid
+                         turn.backend, turn.loop_guard, _rounds_json(turn), int(turn.keep_thinking), _edits_json(turn),
+                         now, now)).lastrowid
                 leaf = conversation.leaf
                 self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
                                  (leaf.message_id if leaf else None, conversation.id))
@@ -194,15 +195,16 @@ class HistoryStore:
                 parent = turn.parent.message_id if turn.parent else None
                 turn.message_id = self._db.execute(
                     "INSERT INTO messages (conversation_id, parent_id, position, user_text, model, kv_cache_dtype, "
-                    "backend, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "backend, thinking_edits, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (conversation.id, parent, _depth(turn), turn.user, turn.model, turn.kv_cache_dtype,
-                     turn.backend, now, now)).lastrowid
+                     turn.backend, _edits_json(turn), now, now)).lastrowid
             else:
                 self._db.execute(
                     "UPDATE messages SET user_text = ?, thinking_text = '', answer_text = '', model = ?, "
                     "kv_cache_dtype = ?, backend = ?, thinking_tokens = 0, answer_tokens = 0, ttft_s = NULL, "
-                    "tok_s = 0, finish_reason = NULL, loop_guard = '', tool_rounds = '[]', updated_at = ? "
-                    "WHERE id = ?", (turn.user, turn.model, turn.kv_cache_dtype, turn.backend, now, turn.message_id))
+                    "tok_s = 0, finish_reason = NULL, loop_guard = '', tool_rounds = '[]', thinking_edits = ?, "
+                    "updated_at = ? WHERE id = ?", (turn.user, turn.model, turn.kv_cache_dtype, turn.backend,
+                                                    _edits_json(turn), now, turn.message_id))
             self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", (turn.message_id, conversation.id))
         return int(turn.message_id)  # type: ignore[arg-type]
 
@@ -228,10 +230,10 @@ class HistoryStore:
             self._db.execute(
                 "UPDATE messages SET thinking_text = ?, answer_text = ?, thinking_tokens = ?, answer_tokens = ?, "
                 "ttft_s = ?, tok_s = ?, finish_reason = ?, backend = ?, loop_guard = ?, tool_rounds = ?, "
-                "updated_at = ? WHERE id = ?",
+                "thinking_edits = ?, updated_at = ? WHERE id = ?",
                 (turn.thinking, turn.answer, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s, turn.answer_tok_s,
-                 turn.finish_reason or "stop", turn.backend, turn.loop_guard, _rounds_json(turn), time.time(),
-                 turn.message_id))
+                 turn.finish_reason or "stop", turn.backend, turn.loop_guard, _rounds_json(turn), _edits_json(turn),
+                 time.time(), turn.message_id))
 
     def set_keep_thinking(self, turn: Turn) -> None:
         """A turn's "keep its thinking" switch, as it is now."""
@@ -279,6 +281,7 @@ def _turn_from(message: sqlite3.Row, parent: Turn | None) -> Turn:
                 message_id=message["id"], model=message["model"], kv_cache_dtype=message["kv_cache_dtype"],
                 backend=message["backend"], loop_guard=message["loop_guard"],
                 tool_rounds=_rounds_from(message["tool_rounds"]), keep_thinking=bool(message["keep_thinking"]),
+                thinking_edits=_edits_from(message["thinking_edits"]),
                 parent=parent)
 
 
@@ -301,6 +304,18 @@ def _rounds_from(text: str) -> list[ToolRound]:
         return []
 
 
+def _edits_json(turn: Turn) -> str:
+    return json.dumps([edit.to_json() for edit in turn.thinking_edits], ensure_ascii=False)
+
+
+def _edits_from(text: str) -> list[ThinkingEdit]:
+    try:
+        return [ThinkingEdit.from_json(item) for item in json.loads(text or "[]")]
+    except (ValueError, TypeError, AttributeError):  # a damaged cell loses the edit marks, not the conversation
+        log.warning("unreadable thinking edits in the history; shown without them")
+        return []
+
+
 # ---- export ------------------------------------------------------------------------------------
 
 def export_markdown(conversation: Conversation) -> str:
@@ -319,6 +334,7 @@ def export_markdown(conversation: Conversation) -> str:
                           ""]
         if turn.thinking:
             lines += ["<details><summary>Thinking</summary>", "", turn.thinking.strip(), "", "</details>", ""]
+        lines += _edits_markdown(turn)
         note = "" if turn.finish_reason in (None, "stop") else f" ({turn.finish_reason})"
         lines += [f"## Nalar{note}", "", dollar_maths(turn.answer), ""]
     return "\n".join(lines)
@@ -353,5 +369,18 @@ def _turn_json(t: Turn) -> dict[str, Any]:
     return {"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
             "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend, "loop_guard": t.loop_guard,
             "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
+            "thinking_edits": [edit.to_json() for edit in t.thinking_edits],
             "thinking_tokens": t.thinking_tokens, "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s,
             "tok_s": t.answer_tok_s}
+
+
+def _edits_markdown(turn: Turn) -> list[str]:
+    """Where the user paused and edited the thinking: the place, the model's text there and the user's."""
+    lines: list[str] = []
+    for n, edit in enumerate(turn.thinking_edits, 1):
+        removed = edit.original[edit.at:]
+        lines += [f"<details><summary>✎ Thinking edited by the user (edit {n}, from character {edit.at})"
+                  "</summary>", "", "The model had written:", "", "```text", removed or "(nothing: the user added)",
+                  "```", "", "The user wrote instead, and the model went on from there:", "", "```text",
+                  edit.inserted or "(nothing: the user cut it)", "```", "", "</details>", ""]
+    return lines

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.core.chat.chat_settings import ChatSettings
-from app.core.chat.conversation import Conversation, ToolRound, ToolStep, Turn
+from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, ToolStep, Turn
 from app.core.settings.settings import PresetValues
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -107,12 +107,14 @@ def _turn(item: dict[str, Any], spot: str) -> Turn:
         raise ImportProblem(f"{spot} has no \"user\" text.")
     try:
         rounds = [ToolRound.from_json(r) for r in item.get("tool_rounds", [])]
+        edits = [ThinkingEdit.from_json(e) for e in item.get("thinking_edits", [])]
         numbers = (int(item.get("thinking_tokens", 0)), int(item.get("answer_tokens", 0)),
                    None if item.get("ttft_s") is None else float(item["ttft_s"]), float(item.get("tok_s", 0.0)))
     except (TypeError, ValueError, AttributeError) as exc:
-        raise ImportProblem(f"{spot}: a tool round or a figure is malformed ({exc}).") from exc
+        raise ImportProblem(f"{spot}: a tool round, a thinking edit or a figure is malformed ({exc}).") from exc
     reason = item.get("finish_reason") or "stop"
     return Turn(**{key: item.get(key, "") for key in TURN_TEXTS}, finish_reason=str(reason), tool_rounds=rounds,
+                thinking_edits=edits,
                 thinking_tokens=numbers[0], answer_tokens=numbers[1], ttft_s=numbers[2], answer_tok_s=numbers[3])
 
 

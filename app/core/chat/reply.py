@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
-from app.core.chat.conversation import ToolRound, ToolStep, Turn
+from app.core.chat.conversation import ThinkingEdit, ToolRound, ToolStep, Turn
 
 T = TypeVar("T")
 Phase = Literal["thinking", "answer"]
@@ -59,6 +59,7 @@ class Reply:
         self.rounds: list[ToolRound] = []
         self.thinking_tokens = 0
         self.backend = ""
+        self.edits: list[ThinkingEdit] = []  # the user's edits to this reply's thinking (pause, edit, resume)
         self._thinking: list[str] = []
         self._answer: list[str] = []
         self._answering = False  # this request's answer has begun
@@ -88,6 +89,11 @@ class Reply:
         return self._answer[0] if self._answer else ""
 
     @property
+    def in_thinking(self) -> bool:
+        """The current request has not begun its answer."""
+        return not self._answering
+
+    @property
     def trace(self) -> str:
         """The whole thinking as the thinking pane shows it: each request's, with a marker between them."""
         return AFTER_TOOLS.join([*(r.thinking for r in self.rounds), self.thinking]) if self.rounds else self.thinking
@@ -104,9 +110,11 @@ class Reply:
         if turn is None:
             self._set("", "", [], "idle", None)
             self.backend, self.thinking_tokens = "", 0
+            self.edits = []
         else:
             self._set(turn.thinking, turn.answer, list(turn.tool_rounds), "finished", turn.finish_reason)
             self.backend, self.thinking_tokens = turn.backend, turn.thinking_tokens
+            self.edits = list(turn.thinking_edits)
         self.reset.emit(None)
 
     def add_thinking(self, text: str) -> None:

@@ -249,6 +249,8 @@ class ReplyRequests:
         async with contextlib.aclosing(outputs):
             async for output in outputs:
                 completion = output.outputs[0]
+                if not stream.prefix_cache[1]:
+                    stream.prefix_cache = (int(getattr(output, "num_cached_tokens", 0) or 0), len(ids))
                 delta_ids, text = list(completion.token_ids), completion.text
                 left = room()
                 if left is not None and len(delta_ids) > left and self.decode is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.core.chat.kept_thinking import KEPT_KEY, think_block
+from app.core.steering.kept_thinking import KEPT_KEY, think_block
 
 MARKER = "\u2063kept-thinking-{}\u2063"  # invisible separators around it: text a model or user never writes
 

@@ -103,6 +103,8 @@ class ReplyStream:
         self.loop: tuple[Phase, Loop] | None = None  # found, not yet acted on: see act_on_loop
         self.loops: list[LoopDetected] = []
         self.resamples = 0
+        # vLLM's prefix-cache hit on the reply's first request: (cached tokens, tokens sent); 0s until known
+        self.prefix_cache = (0, 0)
 
     # ---- feeding ---------------------------------------------------------------------------
 
@@ -207,7 +209,8 @@ class ReplyStream:
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.started,
             prompt_tokens=self.prompt_tokens, context_tokens=self.prompt_tokens + self.generated_tokens,
             max_model_len=self.max_model_len, kv_usage=kv.usage, kv_capacity_tokens=self.kv_capacity_tokens,
-            running_requests=kv.running, waiting_requests=kv.waiting, speculation=self._speculation(kv))
+            running_requests=kv.running, waiting_requests=kv.waiting, speculation=self._speculation(kv),
+            cached_prompt_tokens=self.prefix_cache[0], sent_prompt_tokens=self.prefix_cache[1])
 
     def _speculation(self, kv: KvFigures) -> SpecDecodeFigures | None:
         """This reply's share of the engine's counters (concurrent replies share the steps they ran in)."""

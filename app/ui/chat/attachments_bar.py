@@ -10,10 +10,10 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QTo
 
 from app.core.chat.attachments import Attachment, AttachmentError, question_with_files, read_attachment
 from app.core.chat.conversation import Conversation
-from app.core.chat.kept_thinking import think_block
 from app.core.models.embedded_model import embedded_model_dir
 from app.core.models.token_count import ContextFit, TokenCounter, counter_for
 from app.core.settings.settings import LOCAL_PROFILE, Settings
+from app.core.steering.kept_thinking import think_block
 
 FILE_FILTER = "Text, code, Markdown, CSV or PDF (*.txt *.md *.py *.js *.ts *.c *.cpp *.h *.rs *.go *.java *.json " \
               "*.yaml *.yml *.toml *.csv *.tsv *.log *.tex *.html *.xml *.sh *.pdf);;Any file (*)"

@@ -16,8 +16,9 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.chat.conversation import Conversation, ToolRound, Turn
-from app.core.chat.kept_thinking import KeepSwitch
 from app.core.chat.reply import AFTER_TOOLS, LoopNote, Reply, ReplyState
+from app.core.steering.kept_thinking import KeepSwitch
+from app.core.steering.thinking_pause import PauseState, ThinkingPause
 from app.ui.chat.answer_view import AnswerDocument
 from app.ui.chat.panes import AnswerPane, ThinkingPane
 from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
@@ -85,6 +86,17 @@ class ChatView(QWidget):
         reply.backend_changed.connect(self.set_backend)
         reply.state_changed.connect(self._on_state)
 
+    def observe_pause(self, pause: ThinkingPause) -> None:
+        """Paused, the thinking pane is editable, unfolded, with the trace as plain text; else it reads only."""
+        def on_pause(state: PauseState) -> None:
+            if state == "paused":
+                self.thinking_pane.set_folded(False)
+            self.thinking_pane.set_editable(self.reply.trace if state == "paused" else None)
+            if state == "off":
+                self.draw_reply()
+
+        pause.changed.connect(on_pause)
+
     def draw_reply(self) -> None:
         """The whole reply again (a new one, or a finished one opened): its trace folded if answered."""
         reply = self.reply
@@ -92,6 +104,7 @@ class ChatView(QWidget):
         self.answer_pane.clear()
         self.tool_panel.clear()
         self.thinking_pane.append(reply.trace)
+        self.thinking_pane.marks.show(reply.edits)
         if reply.rounds:  # a finished reply's calls: without buttons (a call left waiting can't run now)
             self.tool_panel.show_rounds(reply.rounds)
         self.thinking_pane.set_tokens(reply.thinking_tokens)
@@ -250,6 +263,8 @@ def _reply(turn: Turn, document: AnswerDocument, switch: KeepSwitch | None = Non
     note = "" if turn.finish_reason in (None, "stop") else f" <i>({html.escape(turn.finish_reason)})</i>"
     if turn.backend:
         note = f" <small>via {html.escape(turn.backend)}</small>{note}"
+    if turn.thinking_edits:
+        note += f' <small style="color: #1f5f99">✎ thinking edited by you ({len(turn.thinking_edits)}×)</small>'
     if switch is not None:  # our own words and figures, not model text
         note += f"&nbsp;&nbsp;&nbsp;<small>{_turn_link(switch.index, 'keep', html.escape(switch.label))}</small>"
     return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}</p>{document.html(turn.answer)}"

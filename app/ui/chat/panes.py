@@ -7,11 +7,11 @@ Reply model, so the text is kept there once; a pane made alone keeps its own (``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, Signal
-from PySide6.QtGui import QFont, QKeyEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QFont, QKeyEvent, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -19,11 +19,13 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QTextBrowser,
+    QTextEdit,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from app.core.chat.conversation import ThinkingEdit
 from app.engine.errors import EngineFailure, FailureKind
 from app.ui.chat.answer_view import AnswerDocument
 from app.ui.chat.plain_text import escaped
@@ -64,6 +66,37 @@ def text_source(source: Callable[[], str] | None) -> tuple[Callable[[], str], Te
     return buffer, buffer
 
 
+class EditMarks:
+    """Where the user's text went into a thinking trace (pause, edit, resume): highlighted, and said above it."""
+
+    def __init__(self, view: QPlainTextEdit, note: QLabel) -> None:
+        self.view, self.note = view, note
+        self.edits: list[ThinkingEdit] = []
+
+    def show(self, edits: Sequence[ThinkingEdit]) -> None:
+        """Highlight the edits; nothing for no edits."""
+        self.edits = list(edits)
+        self.draw()
+        if edits:
+            self.note.setText(f"✎ You edited this thinking from character {edits[-1].at} (highlighted); the "
+                              "model went on from your text. The history keeps both versions.")
+        self.note.setVisible(bool(edits))
+
+    def draw(self) -> None:
+        """Drawn anew after each append: a selection ending where text goes in would grow with it."""
+        marks = []
+        end = self.view.document().characterCount() - 1
+        for edit in self.edits:
+            mark = QTextEdit.ExtraSelection()
+            mark.format.setBackground(QColor("#d6ecff"))  # type: ignore[attr-defined]
+            cursor = self.view.textCursor()
+            cursor.setPosition(min(edit.at, end))
+            cursor.setPosition(min(edit.at + len(edit.inserted), end), QTextCursor.MoveMode.KeepAnchor)
+            mark.cursor = cursor  # type: ignore[attr-defined]
+            marks.append(mark)
+        self.view.setExtraSelections(marks)
+
+
 class ThinkingPane(QFrame):
     """The model's thinking trace, streamed as plain text; shows tokens and seconds."""
 
@@ -95,6 +128,11 @@ class ThinkingPane(QFrame):
         self.continue_button = QPushButton("Continue anyway")
         self.continue_button.setToolTip("Go on from where the loop guard cut, with the guard off for this reply")
         self.continue_button.clicked.connect(self.continue_anyway)
+        self.edit_note = QLabel()  # paused for an edit, or where the user edited this thinking
+        self.edit_note.setObjectName("ThinkingEditNote")
+        self.edit_note.setWordWrap(True)
+        self.edit_note.setStyleSheet("color: #1f5f99;")
+        self.edit_note.hide()
         top = QHBoxLayout()
         top.addWidget(self.header, 1)
         top.addWidget(self.toggle)
@@ -105,6 +143,7 @@ class ThinkingPane(QFrame):
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addLayout(top)
         layout.addLayout(loop_row)
+        layout.addWidget(self.edit_note)
         layout.addWidget(self.view, 1)
         self._source, self._own = text_source(source)
         self._block_len = 0
@@ -113,12 +152,14 @@ class ThinkingPane(QFrame):
         self.tokens = 0
         self.budget: int | None = None  # the chat's think budget, counted against in the header (None: none shown)
         self._budget_marked = False
+        self.marks = EditMarks(self.view, self.edit_note)  # the user's edits, highlighted
         self.show_loop(None)
 
     def clear(self) -> None:
         if self._own is not None:
             self._own.keep(0)
         self._block_len = 0
+        self.marks.show([])
         self.view.clear()
         self._started = self._ended = None
         self.tokens = 0
@@ -151,9 +192,34 @@ class ThinkingPane(QFrame):
             self._block_len += len(line)
         self.view.setTextCursor(cursor)
         self.view.ensureCursorVisible()
+        if self.marks.edits:
+            self.marks.draw()
 
     def text(self) -> str:
         return self._source()
+
+    # ---- pause, edit, resume ----------------------------------------------------------------
+
+    def set_editable(self, text: str | None) -> None:
+        """Paused: ``text`` (the whole trace, as plain text: no display breaks) for the user to edit; None: the
+        pane reads only again (the reply is drawn anew from its model)."""
+        self.view.setReadOnly(text is None)
+        self.view.setStyleSheet("" if text is None else "QPlainTextEdit { background: #fffbe6; }")
+        if text is None:
+            self.edit_note.hide()
+            return
+        self.view.setPlainText(text)
+        self._block_len = len(text.rsplit("\n", 1)[-1])
+        self.edit_note.setText("Paused: edit the thinking, or add a note at its end, then Resume (Esc drops it).")
+        self.edit_note.show()
+        cursor = self.view.textCursor()
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        self.view.setTextCursor(cursor)
+        self.view.setFocus()
+
+    def edited_text(self) -> str:
+        """What the paused thinking reads now, as the user edited it."""
+        return self.view.toPlainText()
 
     def show_loop(self, summary: str | None, collapse_from: int | None = None, copies: int = 0) -> None:
         """The loop guard's notice (None hides it). ``collapse_from``: the trace from there was the

@@ -1,5 +1,5 @@
-"""The row under the prompt: Send, the Think and Tools switches, Stop, Answer now, Regenerate and Copy
-answer, enabled by what the engine and the reply allow."""
+"""The row under the prompt: Send, the Think and Tools switches, Stop, Pause and Resume, Answer now,
+Regenerate and Copy answer, enabled by what the engine and the reply allow."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ class ReplyControls(QWidget):
         self.preset_note = system_prompt_note()
         self.tools_switch = ToolsSwitch()
         self.stop_button = QPushButton("Stop")
+        self.pause_button = QPushButton("Pause")
+        self.resume_button = QPushButton("Resume")
+        self.resume_button.setToolTip("Go on from the thinking as you edited it")
         self.answer_now_button = QPushButton("Answer now")
         self.answer_now_button.setToolTip("End thinking here and write the answer")
         self.regenerate_button = QPushButton("Regenerate")
@@ -35,8 +38,8 @@ class ReplyControls(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for button in (self.send_button, self.think_switch, self.effort_choice, self.budget_choice, self.preset_choice,
-                       self.preset_note, self.tools_switch, self.stop_button, self.answer_now_button,
-                       self.regenerate_button, self.continue_button, self.copy_button):
+                       self.preset_note, self.tools_switch, self.stop_button, self.pause_button, self.resume_button,
+                       self.answer_now_button, self.regenerate_button, self.continue_button, self.copy_button):
             layout.addWidget(button)
         layout.addStretch(1)
         layout.addWidget(self.edit_label)
@@ -56,9 +59,11 @@ class ReplyControls(QWidget):
         self.effort_choice.show_family(family, effort)
 
     def set_state(self, *, engine_ready: bool, streaming: bool, has_turns: bool, has_answer: bool,
-                  awaiting_tools: bool = False, can_continue: bool = False) -> None:
+                  awaiting_tools: bool = False, can_continue: bool = False, can_pause: bool = False,
+                  paused: bool = False, pause_reason: str = "") -> None:
         """``awaiting_tools``: the reply waits on a tool call, which Regenerate may drop; ``can_continue``: the
-        shown reply ended at max tokens."""
+        shown reply ended at max tokens; ``can_pause``: the reply is thinking; ``paused``: its thinking waits
+        for the user's edit; ``pause_reason``: why this backend can't pause ("" where it can)."""
         self.send_button.setEnabled(engine_ready and not streaming)
         self.stop_button.setEnabled(streaming)
         self.answer_now_button.setEnabled(streaming)
@@ -66,3 +71,9 @@ class ReplyControls(QWidget):
         self.copy_button.setEnabled(has_answer)
         self.continue_button.setVisible(can_continue)
         self.continue_button.setEnabled(engine_ready and not streaming and can_continue)
+        self.pause_button.setVisible(not paused)
+        self.pause_button.setEnabled(streaming and can_pause and not pause_reason)
+        self.pause_button.setToolTip(pause_reason or "Stop the thinking here to edit it, then Resume")
+        self.resume_button.setVisible(paused)
+        self.resume_button.setEnabled(engine_ready and paused)
+        self.stop_button.setEnabled(streaming or paused)

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.chat.compare import Variant, VariantRun
+from app.core.steering.compare import Variant, VariantRun
 from app.engine.events import Metrics
 
 # The kinds a row offers; presets add "Preset: NAME" entries after these (VariantPicker's ``presets``).

@@ -17,9 +17,9 @@ from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QSplitt
 from qasync import asyncSlot
 from shiboken6 import isValid
 
-from app.core.chat.compare import MAX_VARIANTS, MIN_VARIANTS, Variant
 from app.core.chat.conversation import Conversation
 from app.core.settings.settings import SamplingConfig, changed
+from app.core.steering.compare import MAX_VARIANTS, MIN_VARIANTS, Variant
 from app.ui.compare.compare_columns import VariantColumn, VariantPicker
 from app.ui.compare.compare_runner import CompareRunner
 

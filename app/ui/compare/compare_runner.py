@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.chat.compare import Comparison, PresetLookup, Variant, VariantRun
 from app.core.chat.conversation import Conversation
 from app.core.chat.history import HistoryStore
 from app.core.settings.settings import SamplingConfig
+from app.core.steering.compare import Comparison, PresetLookup, Variant, VariantRun
 from app.engine.events import Finished, Metrics
 from app.ui.controllers.bridge import EngineBridge
 

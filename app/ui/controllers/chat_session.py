@@ -20,6 +20,7 @@ from app.core.chat.history import HistoryStore
 from app.core.chat.reply import Reply
 from app.core.models.model_families import model_family, sampling_warning
 from app.core.settings.settings import SamplingConfig, changed
+from app.core.steering.thinking_pause import PAUSED, ThinkingPause
 from app.engine.events import Finished
 from app.engine.requests import Resume, ToolChoice
 from app.tools.mcp_client import ToolInfo
@@ -54,11 +55,13 @@ class ChatSession(ReplyContinuations, QObject):
         self.tool_loop = ToolLoop(tools, self) if tools is not None else None
         self.tool_choice: ToolChoice = "auto"  # a reply's first request; "required" or a named function forces
         self._loops = LoopRecord()
+        self.pause = ThinkingPause()  # pause, edit, resume (ReplyContinuations)
         self._partial_timer = QTimer(self)
         self._partial_timer.setInterval(PARTIAL_SAVE_MS)
         self._partial_timer.timeout.connect(self.save_partial)
         self.store.notice.connect(self.notice)
         self.store.current_changed.connect(lambda _row: self.reply.load(self.store.last_turn))
+        self.store.current_changed.connect(lambda _row: self.end_pause())
         self.feed.finished.connect(self._on_finished)
         self.feed.notice.connect(self.notice)
         if self.tool_loop is not None:
@@ -106,12 +109,14 @@ class ChatSession(ReplyContinuations, QObject):
         self.feed.new_request()
         turn = conversation.turns[-1]
         self._loops.forget(turn)
+        self.pause.end()  # a resume has taken its edit already; a new question or a regenerate drops one
         ready = bridge.ready
         turn.model, turn.kv_cache_dtype = (ready.model, ready.kv_cache_dtype) if ready else ("", "")
         turn.backend = bridge.engine.backend_name
         self.reply_started.emit(conversation)
         # With a resume, the panes show the kept text again; the engine's deltas go on after it.
         kept = (resume.thinking, resume.answer if resume.phase == "answer" else "") if resume else ("", "")
+        self.reply.edits = list(turn.thinking_edits)
         self.reply.begin(turn.backend, *kept)
         presets = self.controller.settings.presets
         conversation.settings = effective(conversation, presets)  # frozen at its first reply: edits don't reach it
@@ -141,7 +146,9 @@ class ChatSession(ReplyContinuations, QObject):
 
     @asyncSlot()
     async def stop(self) -> None:
-        if self.awaiting_tools and self.tool_loop is not None:  # no call runs on; the turn ends as stopped
+        if self.pause.state != "off":  # Esc while paused: the edit is dropped (a pausing request is stopping)
+            self.end_pause()
+        elif self.awaiting_tools and self.tool_loop is not None:  # no call runs on; the turn ends as stopped
             self.tool_loop.stop()
             self._finish_turn(Finished("", "abort", "", ""))
         elif self.feed.request:
@@ -195,12 +202,15 @@ class ChatSession(ReplyContinuations, QObject):
         if finished.metrics is not None:
             self.reply.count_tokens(turn.thinking_tokens)
         self.reply.finish(finished.reason, turn.thinking, turn.answer)
-        if finished.reason == "abort":
+        if self.pause.took_hold(finished.reason, turn):
+            self.notice.emit(PAUSED)
+        elif finished.reason == "abort":
             self.notice.emit("Stopped. The partial reply is kept.")
         elif finished.reason == "loop":
             self.notice.emit("The loop guard cut this reply where it began to repeat itself.")
         elif finished.reason == "length":
             self.notice.emit("The reply reached its token limit. Continue goes on from where it stopped.")
+        self.note_prefix_cache(finished)
         self.state_changed.emit()
         self.reply_finished.emit(finished)
 

@@ -1,5 +1,6 @@
-"""Going on with a reply that was cut: past the loop guard's cut (Continue anyway), or past max tokens
-(Continue). ChatSession's part that picks where a reply resumes; the reply itself runs as any other."""
+"""Going on with a reply that was cut: past the loop guard's cut (Continue anyway), past max tokens
+(Continue), or from the thinking the user paused and edited (Pause, Resume). ChatSession's part that picks
+where a reply resumes; the reply itself runs as any other."""
 
 from __future__ import annotations
 
@@ -7,17 +8,20 @@ from typing import TYPE_CHECKING
 
 from qasync import asyncSlot
 
+from app.core.steering.thinking_pause import CANT_PAUSE_REMOTE, DROPPED, ThinkingPause
+from app.engine.requests import Resume
 from app.ui.controllers.reply_feed import CANT_CONTINUE, length_resume_point
 
 if TYPE_CHECKING:
     from PySide6.QtCore import SignalInstance
 
     from app.core.chat.conversation import Conversation
+    from app.core.chat.reply import Reply
     from app.core.settings.settings import SamplingConfig
-    from app.engine.requests import Resume
+    from app.engine.events import Finished
     from app.ui.controllers.conversation_store import ConversationStore
     from app.ui.controllers.engine_controller import EngineController
-    from app.ui.controllers.reply_feed import LoopRecord
+    from app.ui.controllers.reply_feed import LoopRecord, ReplyFeed
 
 
 class ReplyContinuations:
@@ -26,6 +30,10 @@ class ReplyContinuations:
     controller: EngineController
     store: ConversationStore
     notice: SignalInstance
+    state_changed: SignalInstance
+    reply: Reply
+    pause: ThinkingPause
+    feed: ReplyFeed
     _loops: LoopRecord
 
     @property
@@ -76,3 +84,55 @@ class ReplyContinuations:
         """The shown reply ended at max tokens, so Continue applies."""
         turn = self.store.last_turn
         return turn is not None and length_resume_point(turn) is not None
+
+    # ---- pause, edit, resume ----------------------------------------------------------------
+
+    @property
+    def can_pause(self) -> bool:
+        """The reply streams its thinking (this chat thinks) on an engine that can go on from an edited one."""
+        can_resume = self.controller.bridge.engine.can_resume
+        return self.conversation.thinking and ThinkingPause.applies(self.reply, can_resume)
+
+    @property
+    def pause_reason(self) -> str:
+        """Why Pause is off for this backend, or "" where it can apply."""
+        return "" if self.controller.bridge.engine.can_resume else CANT_PAUSE_REMOTE
+
+    @asyncSlot()
+    async def pause_thinking(self) -> None:
+        """Stop the request while it thinks; when it has ended, the thinking pane becomes editable."""
+        if self.can_pause and self.pause.state == "off" and (request := self.feed.request):
+            self.pause.begin()
+            self.state_changed.emit()
+            await self.controller.bridge.abort(request)
+
+    @asyncSlot()
+    async def resume_thinking(self, edited: str) -> None:
+        """Go on from ``edited``: the engine reads the prompt, the opened think block and the edited thinking
+        (the prefix cache holds what it had read), and writes on into the same turn, which keeps both versions."""
+        conversation = self.conversation
+        if not self.pause.paused or self.streaming or not conversation.turns or not self.controller.engine_ready:
+            return
+        turn = conversation.turns[-1]
+        if (edit := self.pause.take_edit(edited)) is not None:
+            turn.thinking_edits.append(edit)
+        self.pause.resumed = True
+        await self._run_reply(conversation, resume=Resume("thinking", edited))
+
+    def end_pause(self) -> None:
+        """Stop (Esc) while paused, or another chat or branch: the edit is dropped, the turn stays as it was."""
+        paused = self.pause.paused
+        if self.pause.end():
+            if paused:
+                self.reply.load(self.store.last_turn)
+                self.notice.emit(DROPPED)
+            self.state_changed.emit()
+
+    def note_prefix_cache(self, finished: Finished) -> None:
+        """After a resume from an edit: how much of what the engine read came from vLLM's prefix cache."""
+        if self.pause.resumed and finished.reason not in ("abort", "error") and (m := finished.metrics) is not None:
+            if m.sent_prompt_tokens:
+                self.notice.emit(f"Resumed from your edit: vLLM's prefix cache held {m.cached_prompt_tokens} of the "
+                                 f"{m.sent_prompt_tokens} tokens it read "
+                                 f"({100 * m.cached_prompt_tokens / m.sent_prompt_tokens:.0f} %).")
+        self.pause.resumed = False
