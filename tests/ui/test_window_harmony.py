@@ -48,9 +48,10 @@ def test_gpt_oss_shows_an_effort_control_whose_choice_reaches_the_next_reply(qtb
     and the control shown for families that have no effort."""
     engine = ScriptedEngineDouble([harmony_script(ANSWER_42)], model_name="openai/gpt-oss-20b")
     window = make_window(engine)
-    qtbot.waitUntil(lambda: window.controller.engine_ready, timeout=30_000)
     effort = window.controls.effort_choice
-    assert effort.isVisibleTo(window) and effort.currentData() == "medium"
+    # The window shows the family's controls in its ready slot, after the controller's flag: wait on the control.
+    qtbot.waitUntil(lambda: window.controller.engine_ready and effort.isVisibleTo(window), timeout=30_000)
+    assert effort.currentData() == "medium"
     assert not window.controls.think_switch.isEnabled(), "gpt-oss always thinks"
     effort.setCurrentIndex(effort.findData("high"))
     effort.activated.emit(effort.currentIndex())
