@@ -7,11 +7,13 @@ its AsyncLLM (``run``: which phases, in what order) and leaves the reply's state
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.chat.images import ImagePart
 from app.core.settings.settings import SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import EngineEvent, FinishReason, LoopDetected
@@ -50,12 +52,15 @@ def check_seed(vllm_config: Any, sampling: SamplingConfig, prompt_tokens: int) -
                             f"Send it without a seed, or shorten it to {limit:,} tokens or fewer.")
 
 
-def engine_prompt(engine: Any, ids: list[int]) -> Any:
+def engine_prompt(engine: Any, ids: list[int], images: Sequence[ImagePart] = ()) -> Any:
     """Token ids rendered the way vLLM now wants them (raw prompts are deprecated), or raw on a vLLM
-    without the Renderer API."""
+    without the Renderer API. ``images`` go as multi_modal_data: the model's processor expands each image
+    placeholder token in ``ids`` into the image's tokens."""
     from vllm.inputs import TokensPrompt
 
     prompt = TokensPrompt(prompt_token_ids=ids)
+    if images:
+        prompt["multi_modal_data"] = {"image": [pil_image(image) for image in images]}
     renderer = getattr(engine, "renderer", None)
     if renderer is None or not hasattr(renderer, "render_cmpl"):
         return prompt
@@ -283,3 +288,11 @@ def request_failure(engine: Any, rid: str, exc: Exception) -> EngineFailure:
     log.exception("request %s failed", rid)
     return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
                          f"Try again; details are in {vllm_logging.engine_log_path()}.")
+
+
+def pil_image(image: ImagePart) -> Any:
+    """The image as the PIL image vLLM's processors take (RGB: a PNG with alpha or a palette too)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(image.data)) as opened:
+        return opened.convert("RGB")
