@@ -12,6 +12,8 @@ from copy import deepcopy
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from app.core.chat.images import ImagePart, with_images
+
 # A chat message in OpenAI's shape: {"role", "content"}; an assistant's may also carry "tool_calls"
 # ([{"id", "type": "function", "function": {"name", "arguments": JSON text}}], content then "" or None),
 # and a {"role": "tool", "tool_call_id", "content"} message carries a call's result.
@@ -80,6 +82,7 @@ class Turn:
     backend: str = ""  # which backend answered: "local" or a remote profile's name
     loop_guard: str = ""  # what the loop guard found and did, one line per loop (LoopDetected.summary)
     tool_rounds: list[ToolRound] = field(default_factory=list)  # the calls before ``thinking`` and ``answer``
+    images: tuple[ImagePart, ...] = ()  # the question's images (a vision model reads them with ``user``)
     parent: Turn | None = field(default=None, repr=False, compare=False)  # None: a first question
 
     def copy(self, parent: Turn | None) -> Turn:
@@ -163,7 +166,7 @@ class Conversation:
         """A new sibling of the turn at ``index``: its question edited (``user``) or asked again (Regenerate).
         The old branch stays; the new turn becomes the shown leaf, waiting for its reply."""
         old = self.turns[index]
-        turn = Turn(user=old.user if user is None else user, parent=old.parent)
+        turn = Turn(user=old.user if user is None else user, parent=old.parent, images=old.images)
         self.tree.append(turn)
         self.turns[index:] = [turn]
         return turn
@@ -200,13 +203,13 @@ class Conversation:
         with the tool calls its reply made so far and their results."""
         messages: list[Message] = []
         for turn in self.turns[:-1]:
-            messages.append({"role": "user", "content": turn.user})
+            messages.append({"role": "user", "content": with_images(turn.user, turn.images)})
             for tool_round in turn.tool_rounds:
                 messages += tool_round.messages()
             if turn.answer:
                 messages.append({"role": "assistant", "content": turn.answer})
         if self.turns:
-            messages.append({"role": "user", "content": self.turns[-1].user})
+            messages.append({"role": "user", "content": with_images(self.turns[-1].user, self.turns[-1].images)})
             for tool_round in self.turns[-1].tool_rounds:
                 messages += tool_round.messages()
         return messages

@@ -22,6 +22,7 @@ from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.conversation import Conversation, ToolRound, Turn
 from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
 from app.core.chat.history_search import SearchHit, search
+from app.core.chat.images import ImagePart
 from app.core.settings import paths
 from app.core.settings.paths import DataUnavailable
 
@@ -139,6 +140,7 @@ class HistoryStore:
             turn = _turn_from(message, turns.get(message["parent_id"]))
             turns[turn.message_id] = turn
             found[message["conversation_id"]].tree.append(turn)
+        _load_images(self._db, turns)
         for conversation in found.values():
             if shown := turns.get(leaves[conversation.id]) or (conversation.tree[-1] if conversation.tree else None):
                 conversation.show(shown)
@@ -180,6 +182,7 @@ class HistoryStore:
                          turn.thinking, turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens,
                          turn.answer_tokens, turn.ttft_s, turn.answer_tok_s, turn.finish_reason or "stop",
                          turn.backend, turn.loop_guard, _rounds_json(turn), now, now)).lastrowid
+                    _save_images(self._db, turn)
                 leaf = conversation.leaf
                 self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
                                  (leaf.message_id if leaf else None, conversation.id))
@@ -199,6 +202,7 @@ class HistoryStore:
                     "backend, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (conversation.id, parent, _depth(turn), turn.user, turn.model, turn.kv_cache_dtype,
                      turn.backend, now, now)).lastrowid
+                _save_images(self._db, turn)
             else:
                 self._db.execute(
                     "UPDATE messages SET user_text = ?, thinking_text = '', answer_text = '', model = ?, "
@@ -256,6 +260,23 @@ def _turn_from(message: sqlite3.Row, parent: Turn | None) -> Turn:
                 tool_rounds=_rounds_from(message["tool_rounds"]), parent=parent)
 
 
+def _save_images(db: sqlite3.Connection, turn: Turn) -> None:
+    db.executemany("INSERT INTO message_images (message_id, position, name, mime, width, height, data) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)", [(turn.message_id, n, i.name, i.mime, i.width, i.height, i.data)
+                                                    for n, i in enumerate(turn.images)])
+
+
+def _load_images(db: sqlite3.Connection, turns: dict[int | None, Turn]) -> None:
+    """Each loaded turn's images, in the order sent."""
+    found: dict[int, list[ImagePart]] = {}
+    for row in db.execute("SELECT * FROM message_images ORDER BY message_id, position"):
+        if row["message_id"] in turns:
+            found.setdefault(row["message_id"], []).append(
+                ImagePart(bytes(row["data"]), row["mime"], row["name"], row["width"], row["height"]))
+    for message_id, images in found.items():
+        turns[message_id].images = tuple(images)
+
+
 def _depth(turn: Turn) -> int:
     depth, node = 0, turn.parent
     while node is not None:
@@ -281,6 +302,8 @@ def export_markdown(conversation: Conversation) -> str:
     lines = [f"# {conversation.title}", ""]
     for turn in conversation.turns:
         lines += ["## You", "", turn.user, ""]
+        lines += [f"[image: {i.name or 'unnamed'}, {i.width}×{i.height}, {i.mime}]" for i in turn.images] + \
+            ([""] if turn.images else [])
         for tool_round in turn.tool_rounds:
             if tool_round.thinking.strip():
                 lines += ["<details><summary>Thinking</summary>", "", tool_round.thinking.strip(), "", "</details>",
@@ -314,4 +337,4 @@ def _turn_json(t: Turn) -> dict[str, Any]:
             "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend, "loop_guard": t.loop_guard,
             "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
             "thinking_tokens": t.thinking_tokens, "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s,
-            "tok_s": t.answer_tok_s}
+            "tok_s": t.answer_tok_s, "images": [{"name": i.name, "url": i.data_url} for i in t.images]}

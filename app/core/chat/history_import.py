@@ -9,11 +9,12 @@ makes two copies instead of merging into (or overwriting) the stored one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from app.core.chat.conversation import Conversation, ToolRound, ToolStep, Turn
+from app.core.chat.images import image_from_url
 
 MAX_BYTES = 64 * 1024 * 1024
 TURN_TEXTS = ("user", "thinking", "answer", "model", "kv_cache_dtype", "backend", "loop_guard")
@@ -92,11 +93,14 @@ def _turn(item: dict[str, Any], spot: str) -> Turn:
         rounds = [ToolRound.from_json(r) for r in item.get("tool_rounds", [])]
         numbers = (int(item.get("thinking_tokens", 0)), int(item.get("answer_tokens", 0)),
                    None if item.get("ttft_s") is None else float(item["ttft_s"]), float(item.get("tok_s", 0.0)))
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ImportProblem(f"{spot}: a tool round or a figure is malformed ({exc}).") from exc
+        images = tuple(replace(image_from_url(str(i["url"])), name=str(i.get("name") or ""))
+                       for i in item.get("images", []))
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # ImageRefused is a ValueError
+        raise ImportProblem(f"{spot}: a tool round, an image or a figure is malformed ({exc}).") from exc
     reason = item.get("finish_reason") or "stop"
     return Turn(**{key: item.get(key, "") for key in TURN_TEXTS}, finish_reason=str(reason), tool_rounds=rounds,
-                thinking_tokens=numbers[0], answer_tokens=numbers[1], ttft_s=numbers[2], answer_tok_s=numbers[3])
+                thinking_tokens=numbers[0], answer_tokens=numbers[1], ttft_s=numbers[2], answer_tok_s=numbers[3],
+                images=images)
 
 
 def _openai(messages: list[dict[str, Any]], notes: list[str]) -> Conversation:
