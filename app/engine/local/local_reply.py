@@ -248,6 +248,8 @@ class ReplyRequests:
         outputs = self.engine.generate(self.engine_prompt(ids), params, vllm_id)
         async with contextlib.aclosing(outputs):
             async for output in outputs:
+                if len(output.prompt_token_ids or ()) > len(ids):  # an image's tokens, as vLLM's processor expanded it
+                    stream.prompt_tokens = len(reply.prompt_ids) + len(output.prompt_token_ids) - len(ids)
                 completion = output.outputs[0]
                 delta_ids, text = list(completion.token_ids), completion.text
                 left = room()
