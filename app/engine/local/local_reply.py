@@ -248,8 +248,9 @@ class ReplyRequests:
         outputs = self.engine.generate(self.engine_prompt(ids), params, vllm_id)
         async with contextlib.aclosing(outputs):
             async for output in outputs:
-                if len(output.prompt_token_ids or ()) > len(ids):  # an image's tokens, as vLLM's processor expanded it
-                    stream.prompt_tokens = len(reply.prompt_ids) + len(output.prompt_token_ids) - len(ids)
+                read = getattr(output, "prompt_token_ids", None) or ()
+                if len(read) > len(ids):  # an image's tokens, as vLLM's processor expanded it
+                    stream.prompt_tokens = len(reply.prompt_ids) + len(read) - len(ids)
                 completion = output.outputs[0]
                 delta_ids, text = list(completion.token_ids), completion.text
                 left = room()
