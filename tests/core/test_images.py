@@ -68,3 +68,27 @@ def test_the_refusal_names_the_model_and_a_vision_model() -> None:
     """Bug caught: a refusal that says "unsupported" without naming the model or what to load instead."""
     reason = text_only_reason("/home/me/models/SmolLM2-135M-Instruct")
     assert reason.startswith("SmolLM2-135M-Instruct reads text only") and "LLaVA" in reason
+
+
+def test_a_turns_images_survive_the_history_a_fork_and_an_export(tmp_path) -> None:
+    """Bugs caught: images kept only in memory (a reload asks without them); a fork or an import storing the
+    turns but not their images; an export that drops them, or writes them into the question's text."""
+    from app.core.chat.conversation import Conversation, Turn
+    from app.core.chat.history import HistoryStore, export_json, export_markdown
+    from app.core.chat.history_import import read_import
+
+    image = image_part(encoded("PNG", (7, 2)), "chart.png")
+    conversation = Conversation()
+    conversation.add_turn(Turn(user="What does it show?", images=(image,)))
+    store = HistoryStore()
+    store.start_turn(conversation, conversation.turns[-1])
+    store.add_conversations([conversation.fork(0)])
+    loaded = store.conversations()
+    store.close()
+    assert [c.turns[0].images for c in loaded] == [(image,), (image,)]
+    assert loaded[0].messages()[0]["content"] == with_images("What does it show?", [image])
+    exported = tmp_path / "chat.json"
+    exported.write_text(export_json(loaded[0]))
+    back = read_import(exported).conversations[0].turns[0]
+    assert back.images == (image,) and back.user == "What does it show?"
+    assert "[image: chart.png, 7×2, image/png]" in export_markdown(loaded[0])
