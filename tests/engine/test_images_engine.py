@@ -75,3 +75,14 @@ def test_vllm_decides_which_models_read_images(tmp_path: Path) -> None:
     vlm = build_tiny_vlm(tmp_path / "tiny-vlm", require_embedded_model())
     assert reads_images(ModelConfig(model=str(vlm), max_model_len=1024)) is True
     assert reads_images(ModelConfig(model=str(require_embedded_model()), max_model_len=1024)) is False
+
+
+def test_a_broken_image_is_a_failure_of_the_reply_not_of_the_window() -> None:
+    """Bug caught: a malformed image part raising out of EngineProcess.generate (a crash in the window's loop)
+    instead of ending the reply with an error it shows."""
+    from app.engine.process.engine_process import _generate_message
+
+    broken = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
+    with pytest.raises(EngineFailure) as refused:
+        _generate_message("r", broken, None, False, None, None, None)  # type: ignore[arg-type]
+    assert refused.value.kind == FailureKind.BAD_MESSAGES and "not an image" in refused.value.message
