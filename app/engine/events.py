@@ -102,6 +102,7 @@ class EngineReady:
     backend: Literal["local", "remote"] = "local"
     plan: StartPlan | None = None
     speculation: tuple[SpeculationVerdict, ...] = ()  # every method, as vLLM judged it at this start
+    reads_images: bool = False  # one of vLLM's multimodal models (its registry's verdict): images may go in
 
 
 @dataclass(frozen=True)

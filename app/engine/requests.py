@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.core.chat.images import ImagePart, split_content, with_images
 from app.engine.events import ToolCall
 
 # OpenAI's tool_choice: "auto" (the model decides), "none", "required" (at least one call), or one named
@@ -42,18 +43,25 @@ class MessageSpec:
     reasoning_content: str = ""  # an assistant's thinking, under the name chat templates read
     kept_thinking: str = ""  # an earlier answer's thinking that its switch keeps in the prompt (kept_thinking.py)
     reasoning: str = ""  # a tool round's thinking, under vLLM's name: Harmony keeps it between tool calls
+    images: tuple[ImagePart, ...] = ()  # a user's images (OpenAI's image_url parts), as bytes and type
 
     @classmethod
     def from_openai(cls, message: dict[str, Any]) -> MessageSpec:
         calls = tuple(ToolCall(str(c.get("id", "")), str((c.get("function") or {}).get("name", "")),
                                _json_text((c.get("function") or {}).get("arguments")))
                       for c in message.get("tool_calls") or ())
-        return cls(str(message.get("role", "")), message.get("content"), str(message.get("name") or ""), calls,
+        content = message.get("content")
+        images: tuple[ImagePart, ...] = ()
+        if isinstance(content, list):  # text and image parts (ImageRefused for a part no engine reads)
+            content, images = split_content(content)
+        return cls(str(message.get("role", "")), content, str(message.get("name") or ""), calls,
                    str(message.get("tool_call_id") or ""), str(message.get("reasoning_content") or ""),
-                   str(message.get("kept_thinking") or ""), str(message.get("reasoning") or ""))
+                   kept_thinking=str(message.get("kept_thinking") or ""), reasoning=str(message.get("reasoning") or ""),
+                   images=images)
 
     def as_openai(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        content = with_images(self.content or "", self.images) if self.images else self.content
+        message: dict[str, Any] = {"role": self.role, "content": content}
         if self.name:
             message["name"] = self.name
         if self.tool_calls:

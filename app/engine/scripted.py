@@ -58,10 +58,12 @@ class ScriptedEngineDouble(EngineBase):
 
     def __init__(self, scripts: Sequence[Script] = (), *, load_seconds: float = 0.0,
                  start_failure: EngineFailure | None = None, kv_capacity_tokens: int = 46_592,
-                 on_status: EventSink | None = None, model_name: str = "scripted-double") -> None:
+                 on_status: EventSink | None = None, model_name: str = "scripted-double",
+                 reads_images: bool = False) -> None:
         super().__init__(on_status)
         self.scripts = list(scripts)
         self.model_name = model_name  # what EngineReady names: a real model's name picks its family in the window
+        self.reads_images = reads_images  # plays a vision model (EngineReady.reads_images)
         self.load_seconds = load_seconds
         self.start_failure = start_failure
         self.kv_capacity_tokens = kv_capacity_tokens
@@ -85,7 +87,7 @@ class ScriptedEngineDouble(EngineBase):
         self.config = config
         self.ready = EngineReady(self.model_name, config.kv_cache_dtype, config.max_model_len,
                                  self.kv_capacity_tokens, self.kv_capacity_tokens / config.max_model_len,
-                                 self.load_seconds)
+                                 self.load_seconds, reads_images=self.reads_images)
         self._status("ready", "ready: scripted-double", 1.0)
         return self.ready
 

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from app.core.chat.conversation import Message
+from app.core.chat.images import ImagePart, ImageRefused, TextWithImages, image_from_url, text_only_reason, with_images
 from app.core.settings.settings import MAX_THINK_BUDGET, THINK_BUDGET_LEVELS, RequestControls, SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind
 
@@ -56,18 +57,26 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
-def _text(value: Any) -> str:
+def _text(value: Any) -> str | TextWithImages:
     """Message content as one string: OpenAI allows a string, null, or a list of parts. Text parts are
-    joined; any other part (an image, audio) is refused: this server reads text only."""
+    joined; image_url parts (data: URLs only) are read into TextWithImages, for a vision model (the server
+    refuses them for any other); any other part (audio, a file) is refused."""
     if value is None:
         return ""
+    images: tuple[ImagePart, ...] = ()
     if isinstance(value, list):
         if not all(isinstance(part, dict) for part in value):
             raise ValueError("content parts must be objects such as {\"type\": \"text\", \"text\": \"…\"}")
-        others = sorted({str(part.get("type")) for part in value if part.get("type", "text") != "text"})
+        others = sorted({str(part.get("type")) for part in value
+                         if part.get("type", "text") not in ("text", "image_url")})
         if others:
-            raise ValueError(f"only text parts are supported, not {', '.join(others)}")
-        texts = [part.get("text") for part in value]
+            raise ValueError(f"only text and image_url parts are supported, not {', '.join(others)}")
+        try:
+            images = tuple(image_from_url(_url(part.get("image_url"))) for part in value
+                           if part.get("type") == "image_url")
+        except ImageRefused as exc:
+            raise ValueError(f"image_url: {exc.problem}") from None
+        texts = [part.get("text") for part in value if part.get("type", "text") == "text"]
         if not all(isinstance(text, str) for text in texts):
             raise ValueError("a text part needs a string 'text'")
         value = "".join(texts)  # type: ignore[arg-type]
@@ -77,7 +86,12 @@ def _text(value: Any) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(f"character {exc.start} is a lone surrogate; send valid UTF-8 or paired \\u escapes") from None
-    return value
+    return TextWithImages(value, images) if images else value
+
+
+def _url(image_url: object) -> str:
+    """An image_url part's URL: OpenAI's {"url": ...} (its "detail" is ignored), or the URL alone."""
+    return str((image_url.get("url") if isinstance(image_url, dict) else image_url) or "")
 
 
 FiniteFloat = Annotated[float, AllowInfNan(False)]
@@ -89,7 +103,7 @@ ThinkingTokenBudget = Annotated[int, Field(strict=True, ge=UNLIMITED, le=MAX_THI
 # thinking off. vLLM's others (minimal, xhigh, max) have nothing of ours to map to, so they are refused by name
 # rather than silently rounded.
 ApiReasoningEffort = Literal["none", "low", "medium", "high"]
-Text = Annotated[str, BeforeValidator(_text)]
+Text = Annotated[str | TextWithImages, BeforeValidator(_text)]
 
 
 class Lenient(BaseModel):
@@ -128,7 +142,10 @@ class ChatMessage(Lenient):
 
     def as_message(self) -> Message:
         """The message as chat templates take it (OpenAI's shape; developer is the system role)."""
-        message: Message = {"role": "system" if self.role == "developer" else self.role, "content": self.content}
+        content = self.content
+        message: Message = {"role": "system" if self.role == "developer" else self.role,
+                            "content": with_images(content.text, content.images)
+                            if isinstance(content, TextWithImages) else content}
         if self.name:
             message["name"] = self.name
         if self.tool_calls:
@@ -235,6 +252,16 @@ class ChatRequest(BaseModel):
 
     def chat_messages(self) -> list[Message]:
         return [m.as_message() for m in self.messages]
+
+    def check_images(self, reads_images: bool, model: str) -> None:
+        """A 400 naming the first message with images when the loaded model reads text only."""
+        if reads_images:
+            return
+        for index, message in enumerate(self.messages):
+            if isinstance(message.content, TextWithImages):
+                raise ApiError(400, f"'messages[{index}].content' holds image_url parts, and "
+                                    f"{text_only_reason(model)}", param=f"messages[{index}].content",
+                               code="images_not_supported")
 
     def tool_list(self) -> list[dict[str, Any]] | None:
         return [tool.model_dump(exclude_none=True) for tool in self.tools] if self.tools else None
@@ -355,7 +382,8 @@ def _message_chars(message: ChatMessage) -> int:
     """Every text a message carries, not its content alone: arguments and thinking reach the template too."""
     calls = sum(len(call.id) + len(call.function.name) + len(call.function.arguments)
                 for call in message.tool_calls or ())
-    return (len(message.content) + len(message.name or "") + len(message.tool_call_id or "") + calls
+    text = message.content.text if isinstance(message.content, TextWithImages) else message.content
+    return (len(text) + len(message.name or "") + len(message.tool_call_id or "") + calls
             + len(message.reasoning or "") + len(message.reasoning_content or ""))
 
 

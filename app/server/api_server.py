@@ -184,6 +184,7 @@ class LocalApiServer:
         sampling = chat.sampling(self.sampling)
         if self.engine.ready is None or self.engine.engine_died():
             raise ApiError(503, "Nalar's engine is not running.", kind=SERVER_ERROR, code="engine_unavailable")
+        chat.check_images(self.engine.ready.reads_images, self.engine.ready.model)
         rid = "api-" + uuid.uuid4().hex[:12]
         # Closing the generator (client gone, or done) aborts the request in the engine.
         replies = self.engine.generate(chat.chat_messages(), sampling, rid, tools=chat.tool_list(),

@@ -172,6 +172,7 @@ class MainWindow(QMainWindow):
         log.info("engine ready: %s · KV %s · %d tokens · loaded in %.1f s", ready.model, ready.kv_cache_dtype,
                  ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
+        self.attachments.set_model(ready)
         self.conversation_actions.show_context()
         self.controls.show_family(model_family(ready.model), self.controller.settings.sampling.reasoning_effort)
         self.refresh_state()
@@ -211,9 +212,10 @@ class MainWindow(QMainWindow):
                 self.banner.show_problem("The files don't fit the context", fit.refusal(self.attachments.tokens()))
                 return
             text = question
+        images = tuple(self.attachments.images)
         self.prompt.clear()
         self.attachments.clear()
-        await self.session.send(text, self.session.question_edit.take())  # an edit: a new branch at its question
+        await self.session.send(text, self.session.question_edit.take(), images)  # an edit: a new branch there
 
     def attach(self, paths: list[Path]) -> None:
         self.attachments.counter = model_counter(self.controller.settings)

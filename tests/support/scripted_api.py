@@ -22,8 +22,8 @@ from app.server.api_server import LocalApiServer
 class WatchedEngine(ScriptedEngineDouble):
     """The scripted engine, noting which requests ended and whether they played to their end."""
 
-    def __init__(self, scripts: Sequence[Script] = ()) -> None:
-        super().__init__(scripts)
+    def __init__(self, scripts: Sequence[Script] = (), *, reads_images: bool = False) -> None:
+        super().__init__(scripts, reads_images=reads_images)
         self.ended: dict[str, bool] = {}  # request id → it reached Finished
 
     async def generate(self, messages: Any, sampling: SamplingConfig, request_id: str | None = None, *,
@@ -62,8 +62,10 @@ class ScriptedApi:
 
 
 @contextlib.contextmanager
-def scripted_api(scripts: Sequence[Script] = (), guard: ConnectionGuard | None = None) -> Iterator[ScriptedApi]:
-    engine = WatchedEngine(scripts)
+def scripted_api(scripts: Sequence[Script] = (), guard: ConnectionGuard | None = None, *,
+                 reads_images: bool = False) -> Iterator[ScriptedApi]:
+    """``reads_images``: the engine plays one of vLLM's multimodal models."""
+    engine = WatchedEngine(scripts, reads_images=reads_images)
     token = new_token()
     try:
         engine.loop_thread.submit(engine.start(EngineConfig(max_model_len=2048))).result(30)

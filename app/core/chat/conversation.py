@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from app.core.chat.chat_settings import ChatSettings
 
+from app.core.chat.images import ImagePart, with_images
+
 # A chat message in OpenAI's shape: {"role", "content"}; an assistant's may also carry "tool_calls"
 # ([{"id", "type": "function", "function": {"name", "arguments": JSON text}}], content then "" or None),
 # and a {"role": "tool", "tool_call_id", "content"} message carries a call's result.
@@ -112,6 +114,7 @@ class Turn:
     tool_rounds: list[ToolRound] = field(default_factory=list)  # the calls before ``thinking`` and ``answer``
     keep_thinking: bool = False  # later turns' prompts hold this turn's thinking (off: the cards' rule)
     thinking_edits: list[ThinkingEdit] = field(default_factory=list)  # pause, edit, resume: oldest first
+    images: tuple[ImagePart, ...] = ()  # the question's images (a vision model reads them with ``user``)
     parent: Turn | None = field(default=None, repr=False, compare=False)  # None: a first question
 
     def copy(self, parent: Turn | None) -> Turn:
@@ -197,7 +200,7 @@ class Conversation:
         """A new sibling of the turn at ``index``: its question edited (``user``) or asked again (Regenerate).
         The old branch stays; the new turn becomes the shown leaf, waiting for its reply."""
         old = self.turns[index]
-        turn = Turn(user=old.user if user is None else user, parent=old.parent)
+        turn = Turn(user=old.user if user is None else user, parent=old.parent, images=old.images)
         self.tree.append(turn)
         self.turns[index:] = [turn]
         return turn
@@ -236,14 +239,14 @@ class Conversation:
         their results."""
         messages: list[Message] = []
         for turn in self.turns[:-1]:
-            messages.append({"role": "user", "content": turn.user})
+            messages.append({"role": "user", "content": with_images(turn.user, turn.images)})
             for tool_round in turn.tool_rounds:
                 messages += tool_round.messages()
             if turn.answer:
                 kept = {"kept_thinking": turn.thinking.strip()} if turn.keep_thinking and turn.thinking.strip() else {}
                 messages.append({"role": "assistant", "content": turn.answer, **kept})
         if self.turns:
-            messages.append({"role": "user", "content": self.turns[-1].user})
+            messages.append({"role": "user", "content": with_images(self.turns[-1].user, self.turns[-1].images)})
             for tool_round in self.turns[-1].tool_rounds:
                 messages += tool_round.messages()
         return messages

@@ -23,6 +23,7 @@ from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, Turn
 from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
 from app.core.chat.history_search import SearchHit, search
+from app.core.chat.images import ImagePart
 from app.core.settings import paths
 from app.core.settings.paths import DataUnavailable
 
@@ -136,6 +137,7 @@ class HistoryStore:
             turn = _turn_from(message, read.get(message["parent_id"]))
             read[turn.message_id] = turn
             found[message["conversation_id"]].tree.append(turn)
+        _load_images(self._db, read)
         for conversation in found.values():
             if shown := read.get(leaves[conversation.id]) or (conversation.tree[-1] if conversation.tree else None):
                 conversation.show(shown)
@@ -179,6 +181,7 @@ class HistoryStore:
                          turn.answer_tokens, turn.ttft_s, turn.answer_tok_s, turn.finish_reason or "stop",
                          turn.backend, turn.loop_guard, _rounds_json(turn), int(turn.keep_thinking), _edits_json(turn),
                          now, now)).lastrowid
+                    _save_images(self._db, turn)
                 leaf = conversation.leaf
                 self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
                                  (leaf.message_id if leaf else None, conversation.id))
@@ -198,6 +201,7 @@ class HistoryStore:
                     "backend, thinking_edits, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (conversation.id, parent, _depth(turn), turn.user, turn.model, turn.kv_cache_dtype,
                      turn.backend, _edits_json(turn), now, now)).lastrowid
+                _save_images(self._db, turn)
             else:
                 self._db.execute(
                     "UPDATE messages SET user_text = ?, thinking_text = '', answer_text = '', model = ?, "
@@ -285,6 +289,27 @@ def _turn_from(message: sqlite3.Row, parent: Turn | None) -> Turn:
                 parent=parent)
 
 
+def _save_images(db: sqlite3.Connection, turn: Turn) -> None:
+    db.executemany("INSERT INTO message_images (message_id, position, name, mime, width, height, data) "
+                   "VALUES (?, ?, ?, ?, ?, ?, ?)", [(turn.message_id, n, i.name, i.mime, i.width, i.height, i.data)
+                                                    for n, i in enumerate(turn.images)])
+
+
+def _load_images(db: sqlite3.Connection, turns: dict[int | None, Turn]) -> None:
+    """Each loaded turn's images, in the order sent. Only those turns' rows are read: the table holds every
+    image's bytes, and the start-up (no turns read) or one chat's opening must not read them all."""
+    found: dict[int, list[ImagePart]] = {}
+    ids = [message_id for message_id in turns if message_id is not None]
+    for start in range(0, len(ids), 500):  # under SQLite's limit on bound values
+        chunk = ids[start:start + 500]
+        for row in db.execute(f"SELECT * FROM message_images WHERE message_id IN ({', '.join('?' * len(chunk))}) "
+                              "ORDER BY message_id, position", chunk):
+            found.setdefault(row["message_id"], []).append(
+                ImagePart(bytes(row["data"]), row["mime"], row["name"], row["width"], row["height"]))
+    for message_id, images in found.items():
+        turns[message_id].images = tuple(images)
+
+
 def _depth(turn: Turn) -> int:
     depth, node = 0, turn.parent
     while node is not None:
@@ -324,6 +349,8 @@ def export_markdown(conversation: Conversation) -> str:
         lines += _settings_markdown(conversation.settings)
     for turn in conversation.turns:
         lines += ["## You", "", turn.user, ""]
+        lines += [f"[image: {i.name or 'unnamed'}, {i.width}×{i.height}, {i.mime}]" for i in turn.images] + \
+            ([""] if turn.images else [])
         for tool_round in turn.tool_rounds:
             if tool_round.thinking.strip():
                 lines += ["<details><summary>Thinking</summary>", "", tool_round.thinking.strip(), "", "</details>",
@@ -371,7 +398,7 @@ def _turn_json(t: Turn) -> dict[str, Any]:
             "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
             "thinking_edits": [edit.to_json() for edit in t.thinking_edits],
             "thinking_tokens": t.thinking_tokens, "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s,
-            "tok_s": t.answer_tok_s}
+            "tok_s": t.answer_tok_s, "images": [{"name": i.name, "url": i.data_url} for i in t.images]}
 
 
 def _edits_markdown(turn: Turn) -> list[str]:

@@ -9,7 +9,7 @@ makes two copies instead of merging into (or overwriting) the stored one.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, ToolStep, Turn
+from app.core.chat.images import image_from_url
 from app.core.settings.settings import PresetValues
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -110,11 +111,14 @@ def _turn(item: dict[str, Any], spot: str) -> Turn:
         edits = [ThinkingEdit.from_json(e) for e in item.get("thinking_edits", [])]
         numbers = (int(item.get("thinking_tokens", 0)), int(item.get("answer_tokens", 0)),
                    None if item.get("ttft_s") is None else float(item["ttft_s"]), float(item.get("tok_s", 0.0)))
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ImportProblem(f"{spot}: a tool round, a thinking edit or a figure is malformed ({exc}).") from exc
+        images = tuple(replace(image_from_url(str(i["url"])), name=str(i.get("name") or ""))
+                       for i in item.get("images", []))
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # ImageRefused is a ValueError
+        raise ImportProblem(f"{spot}: a tool round, a thinking edit, an image or a figure is malformed "
+                            f"({exc}).") from exc
     reason = item.get("finish_reason") or "stop"
     return Turn(**{key: item.get(key, "") for key in TURN_TEXTS}, finish_reason=str(reason), tool_rounds=rounds,
-                thinking_edits=edits,
+                thinking_edits=edits, images=images,
                 thinking_tokens=numbers[0], answer_tokens=numbers[1], ttft_s=numbers[2], answer_tok_s=numbers[3])
 
 

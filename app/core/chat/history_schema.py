@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from app.core.chat.history_search import add_search_index
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 CONVERSATIONS = """
 CREATE TABLE conversations (
@@ -50,6 +50,18 @@ CREATE TABLE {name} (
     updated_at REAL NOT NULL,
     thinking_edits TEXT NOT NULL DEFAULT '[]',
     keep_thinking INTEGER NOT NULL DEFAULT 0
+)"""
+# Schema 11: a question's images (Turn.images), in the order sent, as the bytes the model read.
+IMAGES = """
+CREATE TABLE IF NOT EXISTS message_images (
+    message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    name TEXT NOT NULL DEFAULT '',
+    mime TEXT NOT NULL,
+    width INTEGER NOT NULL DEFAULT 0,
+    height INTEGER NOT NULL DEFAULT 0,
+    data BLOB NOT NULL,
+    PRIMARY KEY (message_id, position)
 )"""
 INDEXES = ("CREATE INDEX messages_by_conversation ON messages (conversation_id, id)",
            "CREATE INDEX messages_by_parent ON messages (parent_id)")
@@ -111,6 +123,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], object]] = {
     7: add_search_index,  # schema 8: full-text search, built from what is stored
     8: _add_v9_columns,
     9: _sql(STREAMING_INDEX),
+    10: _sql(IMAGES),  # schema 11: the images table, empty
 }
 
 
@@ -126,7 +139,7 @@ def create_or_migrate(db: sqlite3.Connection) -> None:
     db.execute("BEGIN IMMEDIATE")
     try:
         if fresh:
-            for statement in (CONVERSATIONS, MESSAGES.format(name="messages"), *INDEXES, STREAMING_INDEX):
+            for statement in (CONVERSATIONS, MESSAGES.format(name="messages"), IMAGES, *INDEXES, STREAMING_INDEX):
                 db.execute(statement)
             add_search_index(db)
         else:

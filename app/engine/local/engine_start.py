@@ -215,6 +215,13 @@ class LocalStart:
             model=model, kv_cache_dtype=plan.config.kv_cache_dtype, max_model_len=max_model_len,
             kv_capacity_tokens=capacity,
             max_concurrency=float(getattr(cache, "kv_cache_max_concurrency", 0.0) or 0.0),
-            load_seconds=time.perf_counter() - started, backend="local", plan=plan)
+            load_seconds=time.perf_counter() - started, backend="local", plan=plan,
+            reads_images=reads_images(engine.vllm_config.model_config))
         prompts = ReplyPrompts(tokenizer, model_family(model, model_type), max_model_len, plan.config.reasoning_mode)
         return LoadedEngine(engine, ready, prompts, processes)
+
+
+def reads_images(model_config: Any) -> bool:
+    """Whether vLLM runs this model as one of its multimodal models, with images as input: vLLM's registry
+    decides from the config's architectures (ModelConfig.is_multimodal_model), so no list is kept here."""
+    return bool(getattr(model_config, "is_multimodal_model", False))

@@ -40,7 +40,13 @@ from app.engine.local.local_reply import (
     engine_prompt,
     request_failure,
 )
-from app.engine.local.reply_prompt import FORCED_THINK_CLOSE, REASONING_SYSTEM_PROMPT, ReplyPrompts
+from app.engine.local.reply_prompt import (
+    FORCED_THINK_CLOSE,
+    REASONING_SYSTEM_PROMPT,
+    ReplyPrompts,
+    image_prompt,
+    kept_images,
+)
 from app.engine.machine.orphans import OrphanWatch, end_processes, record_engine_processes, same_process
 from app.engine.reply.reasoning import make_splitter, think_start_of_prompt
 from app.engine.reply.stream import ReplyStream
@@ -209,7 +215,9 @@ class EngineHost(EngineBase):
         prompts = self._prompts
         assert prompts is not None
         thinking_on = prompts.thinking_on(sampling)
+        messages, image_sets = image_prompt(messages, self.ready)
         prompt_ids, dropped = prompts.for_reply(messages, sampling, thinking_on, offer)
+        images = kept_images(messages, image_sets, dropped)
         check_seed(self._engine.vllm_config, sampling, len(prompt_ids))
         if dropped:
             yield ContextTrimmed(rid, dropped)
@@ -220,8 +228,8 @@ class EngineHost(EngineBase):
         if resume is not None:
             reply.generated_ids = prompts.encode(resume.thinking) if thinking_on else []
             reply.stream.resume_from(resume, len(reply.generated_ids))
-        requests = ReplyRequests(self._engine, self.engine_prompt, self._live, self._aborted, self._answer_now,
-                                 prompts.tokenizer.decode)
+        requests = ReplyRequests(self._engine, lambda ids: engine_prompt(self._engine, ids, images), self._live,
+                                 self._aborted, self._answer_now, prompts.tokenizer.decode)
         resumed_answer = prompts.encode(resume.answer) if resume is not None and resume.phase == "answer" else None
         with self.keeping(rid, reply.stream.texts):
             try:

@@ -7,11 +7,13 @@ its AsyncLLM (``run``: which phases, in what order) and leaves the reply's state
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.chat.images import ImagePart
 from app.core.settings.settings import SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import EngineEvent, FinishReason, LoopDetected
@@ -50,12 +52,15 @@ def check_seed(vllm_config: Any, sampling: SamplingConfig, prompt_tokens: int) -
                             f"Send it without a seed, or shorten it to {limit:,} tokens or fewer.")
 
 
-def engine_prompt(engine: Any, ids: list[int]) -> Any:
+def engine_prompt(engine: Any, ids: list[int], images: Sequence[ImagePart] = ()) -> Any:
     """Token ids rendered the way vLLM now wants them (raw prompts are deprecated), or raw on a vLLM
-    without the Renderer API."""
+    without the Renderer API. ``images`` go as multi_modal_data: the model's processor expands each image
+    placeholder token in ``ids`` into the image's tokens."""
     from vllm.inputs import TokensPrompt
 
     prompt = TokensPrompt(prompt_token_ids=ids)
+    if images:
+        prompt["multi_modal_data"] = {"image": [pil_image(image) for image in images]}
     renderer = getattr(engine, "renderer", None)
     if renderer is None or not hasattr(renderer, "render_cmpl"):
         return prompt
@@ -248,6 +253,9 @@ class ReplyRequests:
         outputs = self.engine.generate(self.engine_prompt(ids), params, vllm_id)
         async with contextlib.aclosing(outputs):
             async for output in outputs:
+                read = getattr(output, "prompt_token_ids", None) or ()
+                if len(read) > len(ids):  # an image's tokens, as vLLM's processor expanded it
+                    stream.prompt_tokens = len(reply.prompt_ids) + len(read) - len(ids)
                 completion = output.outputs[0]
                 if not stream.prefix_cache[1]:
                     stream.prefix_cache = (int(getattr(output, "num_cached_tokens", 0) or 0), len(ids))
@@ -290,3 +298,11 @@ def request_failure(engine: Any, rid: str, exc: Exception) -> EngineFailure:
     log.exception("request %s failed", rid)
     return EngineFailure(FailureKind.REQUEST_FAILED, f"The request failed: {exc}",
                          f"Try again; details are in {vllm_logging.engine_log_path()}.")
+
+
+def pil_image(image: ImagePart) -> Any:
+    """The image as the PIL image vLLM's processors take (RGB: a PNG with alpha or a palette too)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(image.data)) as opened:
+        return opened.convert("RGB")

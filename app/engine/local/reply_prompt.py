@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from app.core.chat.images import ImagePart, split_content, text_only_reason
 from app.core.models.model_families import ModelFamily
 from app.core.settings.settings import ReasoningEffort, SamplingConfig
 from app.engine.base import Message
+from app.engine.errors import EngineFailure, FailureKind
+from app.engine.events import EngineReady
 from app.engine.reply import trimming
 from app.engine.reply.harmony import FORCED_FINAL, HarmonyTemplate
 from app.engine.reply.harmony import REASONING_PARSER as HARMONY_REASONING
@@ -100,3 +103,34 @@ class ReplyPrompts:
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+
+def image_prompt(messages: Sequence[Message], ready: EngineReady | None
+                 ) -> tuple[list[Message], list[tuple[ImagePart, ...]]]:
+    """Messages as a vision model's chat template takes them (an ``{"type": "image"}`` placeholder part per
+    image, before the text, as HF processors write them), and each message's images, for vLLM's
+    multi_modal_data. Messages without images pass unchanged; images for a text-only model are refused."""
+    out: list[Message] = []
+    images: list[tuple[ImagePart, ...]] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            text, found = split_content(content)
+            message = {**message, "content": [*({"type": "image"} for _ in found), {"type": "text", "text": text}]
+                       if found else text}
+        else:
+            found = ()
+        out.append(message)
+        images.append(found)
+    if any(images) and not (ready is not None and ready.reads_images):
+        raise EngineFailure(FailureKind.BAD_MESSAGES, text_only_reason(ready.model if ready is not None else ""),
+                            "Send the question without its images, or load a vision model.")
+    return out, images
+
+
+def kept_images(messages: Sequence[Message], images: list[tuple[ImagePart, ...]], dropped: int) -> list[ImagePart]:
+    """The images of the turns the prompt kept, in order: trimming keeps a leading system message and drops
+    the ``dropped`` oldest turns after it (trimming.fit_history)."""
+    system = 1 if messages and messages[0]["role"] == "system" else 0
+    kept = images[:system] + images[system + dropped:]
+    return [image for found in kept for image in found]

@@ -25,6 +25,7 @@ from typing import Any, TypeVar, cast
 
 import psutil
 
+from app.core.chat.images import ImageRefused
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.base import SHUTDOWN_GRACE_S, EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
@@ -269,7 +270,12 @@ class PendingCalls:
 def _generate_message(rid: str, messages: Sequence[Message], sampling: SamplingConfig, ignore_eos: bool,
                       resume: Resume | None, tools: Tools | None, tool_choice: ToolChoice | None) -> protocol.Generate:
     """generate()'s arguments as the pipe's typed message (OpenAI's shapes become specs here)."""
-    return protocol.Generate(rid, tuple(MessageSpec.from_openai(m) for m in messages), sampling, ignore_eos=ignore_eos,
+    try:
+        specs = tuple(MessageSpec.from_openai(m) for m in messages)
+    except ImageRefused as refused:  # the window and the API read images before; this is a caller's bug
+        raise EngineFailure(FailureKind.BAD_MESSAGES, f"An image in the messages can't be sent: {refused.problem}",
+                            refused.fix or "Send the question without it.") from refused
+    return protocol.Generate(rid, specs, sampling, ignore_eos=ignore_eos,
                              resume=resume, tools=tuple(ToolSpec.from_openai(t) for t in tools or ()),
                              tool_choice=ToolChoiceSpec.from_openai(tool_choice) if tool_choice is not None else None)
 

@@ -10,13 +10,17 @@ from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QTo
 
 from app.core.chat.attachments import Attachment, AttachmentError, question_with_files, read_attachment
 from app.core.chat.conversation import Conversation
+from app.core.chat.images import ImagePart, ImageRefused, is_image_path, read_image, text_only_reason
 from app.core.models.embedded_model import embedded_model_dir
 from app.core.models.token_count import ContextFit, TokenCounter, counter_for
 from app.core.settings.settings import LOCAL_PROFILE, Settings
 from app.core.steering.kept_thinking import think_block
+from app.engine.events import EngineReady
 
-FILE_FILTER = "Text, code, Markdown, CSV or PDF (*.txt *.md *.py *.js *.ts *.c *.cpp *.h *.rs *.go *.java *.json " \
-              "*.yaml *.yml *.toml *.csv *.tsv *.log *.tex *.html *.xml *.sh *.pdf);;Any file (*)"
+FILES_TIP = "Attach text, code, Markdown, CSV or PDF files (or drop or paste them on the prompt)."
+FILE_FILTER = "Text, code, Markdown, CSV, PDF or images (*.png *.jpg *.jpeg *.webp *.gif *.txt *.md *.py *.js *.ts " \
+              "*.c *.cpp *.h *.rs *.go *.java *.json *.yaml *.yml *.toml *.csv *.tsv *.log *.tex *.html *.xml *.sh " \
+              "*.pdf);;Any file (*)"
 
 
 def model_counter(settings: Settings) -> TokenCounter:
@@ -54,11 +58,12 @@ class AttachmentsBar(QWidget):
         super().__init__(parent)
         self.setObjectName("AttachmentsBar")
         self.attachments: list[Attachment] = []
+        self.images: list[ImagePart] = []
+        self.image_refusal: str | None = "Images need a vision model, and none is loaded."  # None: images go in
         self.counter = counter_for(None)
         self.attach_button = QPushButton("Attach…")
         self.attach_button.setObjectName("AttachButton")
-        self.attach_button.setToolTip("Attach text, code, Markdown, CSV or PDF files (or drop or paste them on the "
-                                      "prompt). Images need a vision model; the loaded one reads text only.")
+        self.attach_button.setToolTip(f"{FILES_TIP} {self.image_refusal}")
         self.attach_button.clicked.connect(self.choose_files)
         self._row = QHBoxLayout(self)
         self._row.setContentsMargins(0, 0, 0, 0)
@@ -72,20 +77,41 @@ class AttachmentsBar(QWidget):
         if paths:
             self.choose.emit([Path(p) for p in paths])
 
+    def set_model(self, ready: EngineReady) -> None:
+        """The loaded model decides whether images go in (vLLM's verdict, EngineReady.reads_images)."""
+        self.image_refusal = None if ready.reads_images else text_only_reason(ready.model)
+        self.attach_button.setToolTip(f"{FILES_TIP} " + (self.image_refusal or "Images (PNG, JPEG, WebP, a GIF's "
+                                                          "first frame) go to the loaded vision model."))
+
     def add_paths(self, paths: list[Path]) -> None:
         for path in paths:
             try:
-                self.attachments.append(read_attachment(path))
+                if not is_image_path(path):
+                    self.attachments.append(read_attachment(path))
+                elif self.image_refusal is not None:
+                    self.refused.emit(f"{path.name} was not attached: {self.image_refusal}",
+                                      "Load a vision model in Settings, or describe the image in words.")
+                else:
+                    self.images.append(read_image(path))
             except AttachmentError as exc:
                 self.refused.emit(f"{exc.name} was not attached: {exc.problem}", exc.fix)
+            except ImageRefused as exc:
+                self.refused.emit(f"{path.name} was not attached: {exc.problem}", exc.fix)
+            except OSError as exc:
+                self.refused.emit(f"{path.name} was not attached: it can't be read ({exc.strerror or exc})",
+                                  "Check that it exists and that you may read it.")
         self._show()
 
     def remove(self, index: int) -> None:
-        del self.attachments[index]
+        if index < len(self.attachments):
+            del self.attachments[index]
+        else:
+            del self.images[index - len(self.attachments)]
         self._show()
 
     def clear(self) -> None:
         self.attachments.clear()
+        self.images.clear()
         self._show()
 
     def tokens(self) -> int:
@@ -100,20 +126,28 @@ class AttachmentsBar(QWidget):
             widget = item.widget() if item is not None else None
             if widget is not None:
                 widget.deleteLater()
-        for index, attached in enumerate(self.attachments):
+        chips: list[Attachment | ImagePart] = [*self.attachments, *self.images]
+        for index, attached in enumerate(chips):
             self._row.insertWidget(1 + index, self._chip(index, attached))
         self.changed.emit()
 
-    def _chip(self, index: int, attached: Attachment) -> QWidget:
+    def chip_text(self, attached: Attachment | ImagePart) -> str:
+        """A file's name, size and tokens; an image's name, size and pixels (its tokens are the model's
+        processor's to count, at send)."""
+        if isinstance(attached, ImagePart):
+            return (f"{attached.name} · {_size(len(attached.data))} · {attached.width}×{attached.height} px · "
+                    "tokens counted by the model")
+        tokens = self.counter.count(attached.text)
+        return f"{attached.name} · {_size(attached.size_bytes)} · {'' if self.counter.exact else '≈'}{tokens:,} tokens"
+
+    def _chip(self, index: int, attached: Attachment | ImagePart) -> QWidget:
         chip = QWidget()
         chip.setObjectName("AttachmentChip")
         row = QHBoxLayout(chip)
         row.setContentsMargins(4, 0, 0, 0)
-        tokens = self.counter.count(attached.text)
         label = QLabel()
         label.setTextFormat(Qt.TextFormat.PlainText)  # a file's name is outside text
-        label.setText(f"{attached.name} · {_size(attached.size_bytes)} · "
-                      f"{'' if self.counter.exact else '≈'}{tokens:,} tokens")
+        label.setText(self.chip_text(attached))
         remove = QToolButton()
         remove.setText("✕")
         remove.setToolTip("Remove this file")

@@ -17,6 +17,7 @@ from qasync import asyncSlot
 from app.core.chat.chat_settings import chat_messages, chat_sampling, effective
 from app.core.chat.conversation import Conversation, ToolStep
 from app.core.chat.history import HistoryStore
+from app.core.chat.images import ImagePart
 from app.core.chat.reply import Reply
 from app.core.models.model_families import model_family, sampling_warning
 from app.core.settings.settings import SamplingConfig, changed
@@ -87,10 +88,10 @@ class ChatSession(ReplyContinuations, QObject):
     def awaiting_tools(self) -> bool:
         return self.tool_loop is not None and self.tool_loop.active
 
-    async def send(self, text: str, edit_at: int | None = None) -> None:
+    async def send(self, text: str, edit_at: int | None = None, images: tuple[ImagePart, ...] = ()) -> None:
         """A new question after the shown leaf, or the question at ``edit_at`` edited: a new branch there."""
         if (text := text.strip()) and not self.streaming and self.controller.engine_ready:
-            await self._run_reply(self.store.add_question(text, edit_at))
+            await self._run_reply(self.store.add_question(text, edit_at, images))
 
     @asyncSlot()
     async def regenerate(self) -> None:

@@ -15,6 +15,7 @@ from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
 from app.core.chat.history_import import read_import
+from app.core.chat.images import ImagePart
 from app.engine.events import Finished
 from app.ui.controllers.conversation_model import ConversationListModel
 
@@ -167,14 +168,16 @@ class ConversationStore(QObject):
 
     # ---- the turn being answered ---------------------------------------------------------------
 
-    def add_question(self, text: str, edit_at: int | None = None) -> Conversation:
+    def add_question(self, text: str, edit_at: int | None = None, images: tuple[ImagePart, ...] = ()) -> Conversation:
         """The user's question as the shown conversation's new last turn, or the question at ``edit_at`` edited
-        (a new sibling there: the old branch stays). The first question names the chat."""
+        (a new sibling there: the old branch stays, and its images unless new ones come). The first question
+        names the chat."""
         conversation = self.conversation
         if edit_at is not None:
-            conversation.branch_at(edit_at, text)
+            turn = conversation.branch_at(edit_at, text)
+            turn.images = images or turn.images
             return conversation
-        conversation.add_turn(Turn(user=text))
+        conversation.add_turn(Turn(user=text, images=images))
         if len(conversation.turns) == 1:
             conversation.title_from_first_message()
             self.rename(conversation.title)
