@@ -29,3 +29,26 @@ def test_the_check_names_how_far_over_and_the_fixes() -> None:
     message = fit.refusal(files_tokens=1700)
     assert "1,700" in message and "876 too many" in message and "2,048" in message and "context length" in message
     assert ContextFit(4096, 1900, 1024).fits
+
+
+def test_a_text_counted_again_is_not_encoded_again(monkeypatch) -> None:
+    """Bug caught: every send and thread render counted each earlier turn's texts again with the tokenizer
+    (the keep-thinking switches, the context fit): a send at 60 turns took 80 ms instead of 3."""
+    from app.core.models import token_count
+
+    tokenizer_file = require_embedded_model() / "tokenizer.json"
+    tokenizer = token_count._tokenizer(tokenizer_file)
+    encoded: list[str] = []
+
+    class Counting:
+        def encode(self, text: str, add_special_tokens: bool = False):  # type: ignore[no-untyped-def]
+            encoded.append(text)
+            return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    monkeypatch.setattr(token_count, "_tokenizer", lambda path: Counting())
+    token_count._exact_count.cache_clear()
+    counter = token_count.TokenCounter(tokenizer_file)
+    text = "An answer of some length, counted on every send. " * 20
+    assert counter.count(text) == counter.count(text) == len(tokenizer.encode(text, add_special_tokens=False).ids)
+    assert encoded == [text]
+    token_count._exact_count.cache_clear()

@@ -243,3 +243,27 @@ def test_an_early_formula_drawn_late_keeps_every_later_paragraph_once(qtbot, mon
     assert all(plain.count(f"Paragraph {n} says") == 1 for n in (0, 150, 299)) and "\\alpha" not in plain
     assert [link.href for link in pane.document.collected.links] == ["https://example.org", "https://b.org"]
     assert pane.text() == text
+
+
+def test_a_formula_is_drawn_once_for_the_answer_and_the_thread(qtbot, monkeypatch) -> None:
+    """Bug caught: each document drew its formulas anew, so a finished maths answer, appended to the thread,
+    queued every formula a second time behind the ones still streaming."""
+    calls: list[str] = []
+    real_svg = answer_view.formula_svg
+
+    def svg(formula: Formula, pixels: int = answer_view.MATH_PIXELS) -> bytes | None:
+        calls.append(formula.source)
+        return real_svg(formula, pixels)
+
+    monkeypatch.setattr(answer_view, "formula_svg", svg)
+    first, second = AnswerPane(), AnswerPane()
+    qtbot.addWidget(first)
+    qtbot.addWidget(second)
+    text = "Once: $\\zeta(3) \\approx 1.2020569$ only.\n\n"
+    stream(first, text)
+    first.finish()
+    qtbot.waitUntil(lambda: len(images_in(first.view.document())) == 1, timeout=60_000)
+    stream(second, text)
+    second.finish()
+    qtbot.waitUntil(lambda: len(images_in(second.view.document())) == 1, timeout=60_000)
+    assert calls == ["\\zeta(3) \\approx 1.2020569"]

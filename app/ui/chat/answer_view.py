@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import logging
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,6 +36,7 @@ from app.core.chat.answer_markup import (
 log = logging.getLogger(__name__)
 OPENABLE_SCHEMES = ("http", "https")
 MATH_PIXELS = 17  # the formula's font size, near the pane's text
+DRAWN_KEPT = 2048  # formulas whose SVG the drawer keeps (a few KB each)
 _IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
 
 
@@ -74,12 +76,26 @@ class FormulaDrawer(QObject):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nalar-maths")
         # At exit, formulas not yet drawn are dropped, not drawn for a window that is gone.
         atexit.register(self._worker.shutdown, wait=False, cancel_futures=True)
+        # One drawing per formula for every document: the thread redrew each one the answer pane had just drawn,
+        # and the queue of a formula-dense reply doubled, keeping the worker busy (and the GIL) long after it.
+        self._drawn: OrderedDict[str, bytes | None] = OrderedDict()  # the newest DRAWN_KEPT results
+        self._pending: set[str] = set()
 
     def request(self, formula: Formula) -> None:
-        self._worker.submit(self._draw, formula)
+        """``drawn`` follows for ``formula``: at once (queued) when it was drawn already, else once drawn."""
+        key = formula.key
+        if key in self._drawn:
+            self.drawn.emit(key, self._drawn.get(key))
+        elif key not in self._pending:
+            self._pending.add(key)
+            self._worker.submit(self._draw, formula)
 
     def _draw(self, formula: Formula) -> None:
         svg = formula_svg(formula)
+        self._drawn[formula.key] = svg  # before the pending mark goes, so a request meanwhile finds one of them
+        self._pending.discard(formula.key)
+        while len(self._drawn) > DRAWN_KEPT:
+            self._drawn.popitem(last=False)
         try:
             self.drawn.emit(formula.key, svg)
         except RuntimeError:  # the drawer was deleted with the application
