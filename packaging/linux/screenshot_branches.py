@@ -14,12 +14,13 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 from PySide6.QtTest import QTest
+from shots import run_until_done  # beside this script (packaging/linux/shots.py)
 
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
 from app.core.settings.settings import EngineConfig, Settings
 from app.engine.scripted import ScriptedEngineDouble
-from app.ui.app_main import cancel_pending_tasks, open_window, start_qt
+from app.ui.app_main import open_window, start_qt
 
 WHY_BLUE = ("Sunlight scatters off the air's molecules, and short wavelengths scatter most (Rayleigh "
             "scattering, about 1/λ⁴). Blue light reaches your eye from every direction of the sky.")
@@ -80,18 +81,7 @@ def main(out: Path) -> int:
         window.close()
         done.append(0)
 
-    QTimer.singleShot(200, shoot)
-    with loop:
-        loop.run_until_complete(_until(done))
-        loop.run_until_complete(cancel_pending_tasks())
-    return 0
-
-
-async def _until(done: list[int]) -> None:
-    import asyncio
-
-    while not done:
-        await asyncio.sleep(0.05)
+    return run_until_done(loop, done, shoot)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QTimer
+from shots import run_until_done  # beside this script (packaging/linux/shots.py)
 
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
 from app.core.settings.settings import EngineConfig, Settings
 from app.engine.scripted import Script, ScriptedEngineDouble
-from app.ui.app_main import cancel_pending_tasks, open_window, start_qt
+from app.ui.app_main import open_window, start_qt
 from app.ui.compare.compare_dialog import open_compare
 
 QUESTION = "A shirt costs $20 after a 20% discount. What was its price before the discount?"
@@ -75,18 +76,7 @@ def main(out: Path) -> int:
         window.close()
         done.append(0)
 
-    QTimer.singleShot(200, start)
-    with loop:
-        loop.run_until_complete(_until(done))
-        loop.run_until_complete(cancel_pending_tasks())
-    return 0
-
-
-async def _until(done: list[int]) -> None:
-    import asyncio
-
-    while not done:
-        await asyncio.sleep(0.05)
+    return run_until_done(loop, done, start)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from app.engine.scripted import Script, ScriptedEngineDouble
 from app.ui.chat.panes import BUDGET_REACHED
 from app.ui.chat.presets.binding import no_system_note
 from app.ui.chat.presets.controls import parse_budget
+from tests.ui.test_window import send, wait_ready
 
 THOUGHT = ["<think>", *(f"step{n} " for n in range(8)), "</think>", "The ", "answer."]
 
@@ -19,17 +20,6 @@ THOUGHT = ["<think>", *(f"step{n} " for n in range(8)), "</think>", "The ", "ans
 def settings_with(*presets: Preset, default: str = "Default") -> Settings:
     return Settings(engine=EngineConfig(max_model_len=2048), sampling=SamplingConfig(think_budget=64, max_tokens=64),
                     presets=PresetsConfig(presets=(Preset(name="Default"), *presets), default=default))
-
-
-def wait_ready(qtbot, window) -> None:
-    qtbot.waitUntil(lambda: window.controls.send_button.isEnabled(), timeout=10_000)
-
-
-def send(qtbot, window, text: str = "Prove it."):
-    with qtbot.waitSignal(window.reply_finished, timeout=20_000) as blocker:
-        window.prompt.setPlainText(text)
-        window.controls.send_button.click()
-    return blocker.args[0]
 
 
 def choose(window, name: str) -> None:
@@ -54,7 +44,7 @@ def test_a_chat_keeps_its_preset_in_the_history_file_and_reads_its_system_prompt
     wait_ready(qtbot, window)
     choose(window, "Proof")
     assert window.controls.budget_choice.currentText() == "300 tokens"
-    send(qtbot, window)
+    send(qtbot, window, "Prove it.")
     assert engine.requests[-1][0] == {"role": "system", "content": "You are a careful mathematician."}
     sampling = engine.samplings[-1]
     assert (sampling.temperature, sampling.think_budget, sampling.max_tokens) == (0.3, 300, 500)
@@ -79,7 +69,7 @@ def test_editing_a_preset_leaves_a_chat_that_took_it_as_it_was(qtbot, make_windo
     window = make_window(engine, settings_with(PROOF))
     wait_ready(qtbot, window)
     choose(window, "Proof")
-    send(qtbot, window)
+    send(qtbot, window, "Prove it.")
     settings = window.controller.settings
     edited = changed(PROOF, system_prompt="Answer in French.", temperature=1.2)
     window.controller.apply_settings(changed(settings, presets=PresetsConfig(presets=(Preset(name="Default"),
@@ -101,7 +91,7 @@ def test_a_new_chat_follows_the_default_until_its_first_reply(qtbot, make_window
     window = make_window(engine, settings_with(PROOF, default="Proof"))
     wait_ready(qtbot, window)
     assert window.controls.preset_choice.currentText() == "Proof"
-    send(qtbot, window)
+    send(qtbot, window, "Prove it.")
     first = window.session.conversation
     assert first.settings == ChatSettings.of(PROOF)
     settings = window.controller.settings
@@ -117,7 +107,7 @@ def test_export_holds_the_chats_values_and_an_import_brings_them_back(qtbot, mak
     window = make_window(ScriptedEngineDouble([Script(THOUGHT)]), settings_with(PROOF))
     wait_ready(qtbot, window)
     choose(window, "Proof")
-    send(qtbot, window)
+    send(qtbot, window, "Prove it.")
     conversation = window.session.conversation
     data = json.loads(export_json(conversation))
     assert data["chat_settings"]["values"]["system_prompt"] == "You are a careful mathematician."
@@ -150,7 +140,7 @@ def test_the_budget_control_is_kept_per_chat(qtbot, make_window) -> None:
     assert line is not None
     line.editingFinished.emit()
     second = window.session.conversation
-    send(qtbot, window)
+    send(qtbot, window, "Prove it.")
     assert engine.samplings[-1].think_budget == 37
     budgets = {c.id: c.settings.values.think_budget for c in
                HistoryStore(window.session.history.path, owner=False).conversations() if c.settings}
@@ -188,7 +178,7 @@ def test_under_budget_no_mark(qtbot, make_window) -> None:
     window = make_window(ScriptedEngineDouble([Script(THOUGHT)]), settings_with())
     wait_ready(qtbot, window)
     window.chat_settings.choose_budget(2_048)
-    send(qtbot, window)
+    send(qtbot, window, "Prove it.")
     pane = window.chat_view.thinking_pane
     assert " / 2,048 tokens" in pane.header.text() and BUDGET_REACHED not in pane.header.text()
     assert BUDGET_REACHED not in pane.view.toPlainText()
@@ -213,7 +203,7 @@ def test_gpt_oss_effort_and_the_chats_budget_are_one_choice(qtbot, make_window) 
     effort.setCurrentIndex(effort.findData("high"))
     effort.activated.emit(effort.currentIndex())
     assert window.controls.budget_choice.currentText() == "High (8,192)"
-    send(qtbot, window)
+    send(qtbot, window, "Prove it.")
     assert (engine.samplings[-1].reasoning_effort, engine.samplings[-1].think_budget) == ("high", 8_192)
     window.chat_settings.choose_budget(512)
     assert effort.currentData() == "low"
