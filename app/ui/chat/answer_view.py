@@ -81,6 +81,10 @@ class FormulaDrawer(QObject):
         self._drawn: OrderedDict[str, bytes | None] = OrderedDict()  # the newest DRAWN_KEPT results
         self._pending: set[str] = set()
 
+    def drawn_before(self, key: str) -> tuple[bool, bytes | None]:
+        """Whether ``key`` was drawn already, and its SVG (None: ziamath can't draw it)."""
+        return key in self._drawn, self._drawn.get(key)
+
     def request(self, formula: Formula) -> None:
         """``drawn`` follows for ``formula``: at once (queued) when it was drawn already, else once drawn."""
         key = formula.key
@@ -156,6 +160,9 @@ class AnswerDocument:
         rendered = answer_html(markdown, self.collected, streaming)
         document = self.view.document()
         for formula in self.collected.formulas[first:]:
+            drawn, svg = (False, None) if formula.key in self._images else formula_drawer().drawn_before(formula.key)
+            if drawn:  # drawn for another document: shown now, not after a round trip and a render more
+                self._images[formula.key] = svg_image(svg) if svg else None
             image = self._images.get(formula.key)
             if image is not None:
                 document.addResource(QTextDocument.ResourceType.ImageResource,

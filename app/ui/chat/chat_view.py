@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
@@ -24,6 +24,7 @@ from app.ui.chat.panes import AnswerPane, ThinkingPane
 from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
+THREAD_REDRAW_MS = 150  # formulas drawn within this share one render of the thread
 TURN_SCHEME = "nalar-turn"  # nalar-turn:INDEX/ACTION, a link on the shown turn at INDEX (never model text)
 TURN_ACTIONS = ("prev", "next", "edit", "fork", "delete", "keep")
 
@@ -43,6 +44,8 @@ class ChatView(QWidget):
         self.transcript = QTextBrowser()
         self.transcript.setObjectName("Transcript")
         self.transcript_document = AnswerDocument(self.transcript, self._redraw_thread)  # answers, maths, links
+        self._thread_redraw = QTimer(self, singleShot=True, interval=THREAD_REDRAW_MS)
+        self._thread_redraw.timeout.connect(self._redraw_thread_now)
         self._conversation: Conversation | None = None
         self._shown: tuple[str, list[Turn]] | None = None  # (conversation id, the turns) the transcript shows
         # Each earlier turn's "keep its thinking" switch with its cost (set by the window; none: no switches)
@@ -165,7 +168,12 @@ class ChatView(QWidget):
         self.transcript.scrollToAnchor(f"turn-{index}")
 
     def _redraw_thread(self, _key: str) -> None:
-        """A formula in the thread was drawn: the thread again, whole (it is rendered once, not streamed)."""
+        """A formula in the thread was drawn: the thread again, whole, once for the formulas drawn meanwhile
+        (one render per formula made a long maths thread quadratic)."""
+        if not self._thread_redraw.isActive():
+            self._thread_redraw.start()
+
+    def _redraw_thread_now(self) -> None:
         if self._conversation is not None:
             self._shown = None
             self.render_thread(self._conversation)
