@@ -36,14 +36,12 @@ class SentRequests:
         self.ids: list[list[int]] = []
         self.cached: list[int | None] = []
         engine = host._engine  # noqa: SLF001 (the test reads what reaches vLLM, past Nalar's accounting)
-        generate, render = engine.generate, host.engine_prompt
-
-        def engine_prompt(ids: list[int]) -> Any:
-            self.ids.append(list(ids))
-            self.cached.append(None)
-            return render(ids)
+        generate = engine.generate
 
         async def spy(prompt: Any, params: Any, request_id: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            # The ids as vLLM's generate receives them (a prompt rendered with images or not goes through here).
+            self.ids.append(list(prompt["prompt_token_ids"]))
+            self.cached.append(None)
             index = len(self.ids) - 1
             async with contextlib.aclosing(generate(prompt, params, request_id, *args, **kwargs)) as outputs:
                 async for output in outputs:
@@ -51,7 +49,6 @@ class SentRequests:
                         self.cached[index] = output.num_cached_tokens
                     yield output
 
-        host.engine_prompt = engine_prompt  # type: ignore[method-assign]
         engine.generate = spy
 
 

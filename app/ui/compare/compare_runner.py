@@ -22,6 +22,7 @@ from app.engine.events import Finished, Metrics
 from app.ui.controllers.bridge import EngineBridge
 
 log = logging.getLogger(__name__)
+FINISHED_WAIT_S = 10.0  # for the bridge to hand over the Finished of a request that has returned
 
 
 class CompareRunner(QObject):
@@ -73,6 +74,15 @@ class CompareRunner(QObject):
         for run, result in zip(comparison.runs, results, strict=True):
             if isinstance(result, BaseException) and not run.done:  # the engine thread failed: end it cleanly
                 log.error("a compared reply failed", exc_info=result)
+                self._end(run, Finished(run.request_id, "error", run.reply.thinking, run.reply.answer))
+        # A request returns once the engine has sent its last event; the bridge hands the Finished over at its
+        # next frame, so under load it can come after this point. Each reply ends (and is saved) first.
+        deadline = asyncio.get_running_loop().time() + FINISHED_WAIT_S
+        while not all(run.done for run in comparison.runs) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        for run in comparison.runs:
+            if not run.done:
+                log.error("a compared reply's end never arrived: %s", run.request_id)
                 self._end(run, Finished(run.request_id, "error", run.reply.thinking, run.reply.answer))
         return comparison
 
