@@ -16,7 +16,7 @@ from app.core.chat.images import image_part, with_images
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.events import EngineEvent, EngineReady, Finished
 from app.engine.process.engine_process import EngineProcess
-from tests.conftest import require_embedded_model, vllm_processes
+from tests.conftest import child_pids, require_embedded_model, vllm_processes
 from tests.support.tiny_vision_model import IMAGE_SEQ_LEN, build_tiny_vlm
 
 pytestmark = pytest.mark.real_engine
@@ -42,6 +42,7 @@ def test_an_image_reaches_vllm_through_the_engine_process(tmp_path: Path) -> Non
     lost crossing the pipe, or sent without multi_modal_data, so the model reads one <image> token and never
     the picture; the prompt's count blind to the image's tokens (the context gauge then under-reads)."""
     model = build_tiny_vlm(tmp_path / "tiny-vlm", require_embedded_model())
+    before = child_pids()  # the worker's shared session engine, if an earlier module started it, stays up
     engine = EngineProcess()
     try:
         ready: EngineReady = engine.loop_thread.submit(
@@ -57,4 +58,4 @@ def test_an_image_reaches_vllm_through_the_engine_process(tmp_path: Path) -> Non
             (plain.metrics.prompt_tokens, seen.metrics.prompt_tokens)
     finally:
         engine.close()
-    assert vllm_processes() == [], "vLLM processes survived the engine's shutdown"
+    assert vllm_processes(before) == [], "vLLM processes survived the engine's shutdown"
