@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from app.commands.bench_maths import synthetic_maths, synthetic_words
 from app.commands.jobs import machine_description, report_stem, save_json, sibling
 from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
 
@@ -172,41 +173,6 @@ def _wait(loop: Any, condition: Any, timeout: float) -> None:
             await asyncio.sleep(0.01)
 
     loop.run_until_complete(until())
-
-
-def synthetic_words(count: int) -> list[str]:
-    """Model-like text that doesn't loop: a line break every 12 tokens, a paragraph every 60, and words
-    drawn at random from 1,000 made-up ones. The loop guard rightly cuts "t1 t2 … t12" lines as a loop
-    (numbers are masked), and then the benchmark timed 0.1 s of a 10 s stream."""
-    import random
-
-    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "pe", "du"]
-    vocabulary = [a + b + c for a in syllables for b in syllables for c in syllables]
-    pick = random.Random(0).choice
-    return [pick(vocabulary) + ("\n\n" if i % 60 == 59 else "\n" if i % 12 == 11 else " ") for i in range(count)]
-
-
-# Formulas as a reasoning model streams them, each split over tokens (so the stream's edge stops inside one):
-# inline and display, \frac, \int, \sum, a matrix, cases, \boxed. {n} varies so no two are the same text.
-FORMULA_TOKENS = (
-    ("$\\int_0^{{{n}}}", " x^2", "\\,dx", " = \\frac{{{n}^3}}{{3}}$ "),
-    ("\\(\\sum_{{k=1}}^{{{n}}}", " k = \\frac{{{n}({n}+1)}}{{2}}", "\\) "),
-    ("\n\n$$\\begin{{pmatrix}} {n} & 2 \\\\", " 3 & 4 \\end{{pmatrix}}", "$$\n\n"),
-    ("\n\n\\[f(x) = \\begin{{cases}} x^{{{n}}} &", " x > 0 \\\\ 0 & \\text{{otherwise}}", " \\end{{cases}}\\]\n\n"),
-    ("$\\boxed{{", "{n}", "}}$ "),
-    ("$\\alpha + \\hat{{\\beta}}_{{{n}}}$ ",),
-)
-
-
-def synthetic_maths(count: int) -> list[str]:
-    """``synthetic_words`` with a formula's tokens after every 20th word: the answer as a maths answer streams."""
-    words, out = synthetic_words(count), []
-    for i, word in enumerate(words):
-        out.append(word)
-        if i % 20 == 19 and len(out) < count:
-            pieces = FORMULA_TOKENS[(i // 20) % len(FORMULA_TOKENS)]
-            out += [piece.format(n=i) for piece in pieces]
-    return out[:count]
 
 
 def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0, maths: bool = False) -> dict[str, Any]:

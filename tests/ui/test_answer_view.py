@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core.chat.answer_markup import MATH_SCHEME, Formula
 from app.ui.chat import answer_view
-from app.ui.chat.panes import AnswerPane
+from app.ui.chat.answer_view import AnswerPane
 
 ANSWER = (
     "Integrate by parts with $u = x$ and $dv = e^x\\,dx$:\n\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.ui.chat.panes import MAX_DISPLAY_BLOCK, AnswerPane, ThinkingPane
+from app.ui.chat.answer_view import AnswerPane
+from app.ui.chat.panes import MAX_DISPLAY_BLOCK, ThinkingPane
 
 MARKDOWN = (
     "First we add.\n\n"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.commands.bench import synthetic_maths, synthetic_words
+from app.commands.bench_maths import synthetic_maths, synthetic_words
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
-"""An answer shown in a QTextBrowser: formulas drawn as images, code copied per block, links opened only
-where that is safe.
+"""An answer shown in a QTextBrowser (AnswerPane, re-rendered at a bounded rate): formulas drawn as images, code
+copied per block, links opened only where that is safe.
 
 Formulas are drawn by ziamath (LaTeX → MathML → SVG in pure Python; docs/BENCHMARKS.md has its coverage on
 an outside corpus) on a worker thread, then by QtSvg into an image the document holds as a resource. A
@@ -18,10 +18,19 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from PySide6.QtCore import QByteArray, QObject, Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QImage, QPainter, QTextCursor, QTextDocument
+from PySide6.QtCore import QByteArray, QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import (
+    QDesktopServices,
+    QGuiApplication,
+    QImage,
+    QPainter,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
 from PySide6.QtSvg import QSvgRenderer
-from PySide6.QtWidgets import QMessageBox, QTextBrowser
+from PySide6.QtWidgets import QFrame, QLabel, QMessageBox, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.chat.answer_markup import (
     COPY_SCHEME,
@@ -32,8 +41,12 @@ from app.core.chat.answer_markup import (
     Link,
     answer_html,
 )
+from app.ui.chat.panes import text_source
 
 log = logging.getLogger(__name__)
+MARKDOWN_REFRESH_MS = 100
+# Past this, the answer's streaming tail is committed at a line break so re-renders stay short.
+MAX_MARKDOWN_TAIL = 4000
 OPENABLE_SCHEMES = ("http", "https")
 MATH_PIXELS = 17  # the formula's font size, near the pane's text
 DRAWN_KEPT = 2048  # formulas whose SVG the drawer keeps (a few KB each)
@@ -223,3 +236,144 @@ def _message(parent: QTextBrowser, icon: QMessageBox.Icon, title: str, text: str
         box.setStandardButtons(QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No)
         box.setDefaultButton(QMessageBox.StandardButton.No)
     return QMessageBox.StandardButton(box.exec())
+
+
+class AnswerPane(QFrame):
+    """The answer, rendered as Markdown with its maths and code (answer_view) at a bounded refresh rate.
+
+    Finished paragraphs are rendered once and kept; only the paragraph still streaming is
+    re-rendered, so the cost of a refresh does not grow with the length of the answer.
+    """
+
+    def __init__(self, parent: QWidget | None = None, source: Callable[[], str] | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("AnswerPane")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.header = QLabel("Answer")
+        self.view = QTextBrowser()
+        self.view.setObjectName("AnswerText")
+        self.view.setPlaceholderText("The answer streams here.")
+        self.document = AnswerDocument(self.view, self._redraw_formula)  # links open only through its checks
+        self._streaming = True  # the text may stop inside a formula
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.header)
+        layout.addWidget(self.view, 1)
+        self._source, self._own = text_source(source)
+        self._committed = 0  # characters of the text rendered for good
+        self._tail_start = 0  # document position where the re-rendered tail begins
+        self._dirty = False
+        self._marks = self.document.collected.marks()  # what the committed text numbered
+        # Each committed chunk's start: (text offset, document position, marks before it). A drawn formula
+        # re-renders from its chunk on, not from the top: the whole answer again per formula grew with the answer.
+        self._chunks: list[tuple[int, int, tuple[int, int, int]]] = []
+        self._redraw_from: int | None = None  # index of the first chunk to render again
+        self._render_timer = QTimer(self)
+        self._render_timer.setInterval(MARKDOWN_REFRESH_MS)
+        self._render_timer.timeout.connect(self.render_markdown)
+
+    def clear(self) -> None:
+        if self._own is not None:
+            self._own.keep(0)
+        self._committed = self._tail_start = 0
+        self._chunks, self._redraw_from = [], None
+        self._dirty = False
+        self._streaming = True
+        self.view.clear()
+        self.document.clear()
+        self._marks = self.document.collected.marks()
+
+    def append(self, text: str) -> None:
+        if self._own is not None:
+            self._own.parts.append(text)
+        self._dirty = True
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def keep(self, chars: int) -> None:
+        """Show only the first ``chars`` of the answer (the loop guard cut the rest; a model already has)."""
+        if self._own is not None:
+            self._own.keep(chars)
+        self._committed = self._tail_start = 0
+        self._chunks, self._redraw_from = [], None
+        self.view.clear()
+        self.document.clear()
+        self._marks = self.document.collected.marks()
+        self._dirty = True
+        self.render_markdown()
+
+    def text(self) -> str:
+        return self._source()
+
+    @staticmethod
+    def _stable_end(text: str, start: int) -> int:
+        """End of the last finished block after ``start``: a blank line outside a code fence."""
+        fence_open = False
+        stable = start
+        position = start
+        for line in text[start:].splitlines(keepends=True):
+            position += len(line)
+            if line.lstrip().startswith("```"):
+                fence_open = not fence_open
+            elif not fence_open and line.strip() == "" and line.endswith("\n"):
+                stable = position
+            elif not fence_open and position - start > MAX_MARKDOWN_TAIL and line.endswith("\n"):
+                stable = position  # a huge paragraph: commit at a line break
+        return stable
+
+    def _redraw_formula(self, key: str) -> None:
+        """A formula's image arrived: render again from the first committed chunk that holds it (the tail is
+        rendered anyway), at the next refresh."""
+        formulas = self.document.collected.formulas
+        for index, (_, _, marks) in enumerate(self._chunks):
+            end = self._chunks[index + 1][2][0] if index + 1 < len(self._chunks) else self._marks[0]
+            if any(f.key == key for f in formulas[marks[0]:end]):
+                self._redraw_from = index if self._redraw_from is None else min(self._redraw_from, index)
+                break
+        self._dirty = True
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def finish(self) -> None:
+        """The answer is whole: a formula left open is text, not one still streaming."""
+        self._streaming = False
+        self._dirty = True
+        self.render_markdown()
+
+    def _insert_block(self, cursor: QTextCursor, markdown: str, streaming: bool) -> None:
+        """Markdown in a fresh block: a fragment's first block would merge into the one before."""
+        if cursor.position() > 0:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            if cursor.currentList() is not None:
+                cursor.currentList().remove(cursor.block())
+        self.document.insert(cursor, markdown, streaming)
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+
+    def render_markdown(self) -> None:
+        if not self._dirty:
+            self._render_timer.stop()
+            return
+        self._dirty = False
+        text = self.text()
+        if self._redraw_from is not None:  # a formula was drawn: its chunk on shows its source
+            self._committed, self._tail_start, self._marks = self._chunks[self._redraw_from]
+            del self._chunks[self._redraw_from:]
+            self._redraw_from = None
+        bar = self.view.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        cursor = QTextCursor(self.view.document())
+        cursor.setPosition(self._tail_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        self.document.collected.truncate(self._marks)  # the tail numbers its links and code anew
+        stable = self._stable_end(text, self._committed)
+        if stable > self._committed:
+            self._chunks.append((self._committed, self._tail_start, self._marks))
+            self._insert_block(cursor, text[self._committed:stable], streaming=False)
+            self._committed = stable
+            self._tail_start = cursor.position()
+            self._marks = self.document.collected.marks()
+        if text[self._committed:]:
+            self._insert_block(cursor, text[self._committed:], streaming=self._streaming)
+        if at_bottom:
+            bar.setValue(bar.maximum())

@@ -19,8 +19,8 @@ from app.core.chat.conversation import Conversation, ToolRound, Turn
 from app.core.chat.reply import AFTER_TOOLS, LoopNote, Reply, ReplyState
 from app.core.steering.kept_thinking import KeepSwitch
 from app.core.steering.thinking_pause import PauseState, ThinkingPause
-from app.ui.chat.answer_view import AnswerDocument
-from app.ui.chat.panes import AnswerPane, ThinkingPane
+from app.ui.chat.answer_view import AnswerDocument, AnswerPane
+from app.ui.chat.panes import ThinkingPane
 from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
