@@ -189,7 +189,8 @@ def test_formulas_are_drawn_off_the_gui_thread_and_shown_on_it(qtbot, monkeypatc
     qtbot.addWidget(pane)
     stream(pane, f"A new one: $y = \\sqrt[3]{{z + {unseen()}}}$.")
     pane.finish()
-    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    # A render between the drawing and its queued signal may show the drawer's copy first: wait for both.
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1 and "shown on" in threads, timeout=60_000)
     assert threads["drawn on"].startswith("nalar-maths") and threads["shown on"] == threading.main_thread().name
 
 
