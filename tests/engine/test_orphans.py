@@ -6,40 +6,47 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 
-from app.engine.machine.orphans import OWNER_ENV, end_orphans, find_orphans, owner_tag
+from app.engine.machine.orphans import DATA_ENV, OWNER_ENV, end_orphans, find_orphans, owner_environment, owner_tag
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)"]  # ok-sleep: the child idles, the test doesn't wait
 
 
-def spawn(tag: str | None, argv0: str | None = None) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != OWNER_ENV}
+def spawn(tag: str | None, argv0: str | None = None, data_dir: str | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k not in (OWNER_ENV, DATA_ENV)}
     if tag:
-        env[OWNER_ENV] = tag
+        env.update(owner_environment(tag))
+    if data_dir:
+        env[DATA_ENV] = data_dir
     args = ["bash", "-c", f'exec -a "{argv0}" ' + " ".join(f"'{a}'" for a in SLEEPER)] if argv0 else SLEEPER
     proc = subprocess.Popen(args, env=env)
     psutil.Process(proc.pid).environ()  # wait until the process exists with its environment
     return proc
 
 
-def test_only_processes_of_a_dead_owner_are_ended() -> None:
+def test_only_processes_of_a_dead_owner_are_ended(tmp_path: Path) -> None:
+    """Bugs caught: any tagged process ended, whoever its owner; and a dead owner's engine of another data
+    dir ended too (a parallel test's planted orphan, or another profile's, which its own Nalar ends and
+    counts: CI's orphan test once found its orphan already gone so)."""
     dead_owner = subprocess.Popen([sys.executable, "-c", "pass"])
     dead_owner.wait()
     dead_tag = f"{dead_owner.pid}:{psutil.Process().create_time() - 1000:.2f}"  # gone, or a different process
     orphan = spawn(dead_tag, argv0="VLLM::EngineCore")
     live_owned = spawn(owner_tag())  # a running Nalar's engine (here: ours)
     untagged = spawn(None, argv0="VLLM::EngineCore")  # someone else's vLLM: same name, no tag
+    elsewhere = spawn(dead_tag, argv0="VLLM::EngineCore", data_dir=str(tmp_path))  # another data dir's
     try:
         found = {p.pid for p in find_orphans()[0]}
         assert orphan.pid in found
-        assert {live_owned.pid, untagged.pid}.isdisjoint(found)
+        assert {live_owned.pid, untagged.pid, elsewhere.pid}.isdisjoint(found)
         assert end_orphans(timeout=5) >= 1
         assert orphan.wait(10) is not None
-        assert live_owned.poll() is None and untagged.poll() is None
+        assert live_owned.poll() is None and untagged.poll() is None and elsewhere.poll() is None
     finally:
-        for proc in (orphan, live_owned, untagged):
+        for proc in (orphan, live_owned, untagged, elsewhere):
             proc.kill()
             proc.wait()
 

@@ -27,7 +27,7 @@ from app.engine.local.start_failures import classify_start_failure
 from app.engine.machine import gpu_start
 from app.engine.machine.capability import HardwareProbe, kv_dtype_unsupported_reason, read_cpu_flags
 from app.engine.machine.gpu_start import Toolchain
-from app.engine.machine.orphans import OWNER_ENV, end_orphans, find_orphans, records_dir
+from app.engine.machine.orphans import DATA_ENV, OWNER_ENV, end_orphans, find_orphans, owner_environment, records_dir
 from app.engine.process import process_protocol as protocol
 from app.engine.process import process_server
 from app.engine.process.engine_process import EngineProcess
@@ -135,7 +135,7 @@ def deaf_orphan() -> Iterator[subprocess.Popen[str]]:
     """A process marked as an engine of an owner that is gone, which ignores SIGTERM (as a stuck EngineCore)."""
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    env = {**os.environ, OWNER_ENV: f"{dead.pid}:1.00"}
+    env = {**os.environ, **owner_environment(f"{dead.pid}:1.00")}
     deaf = f"import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n{SLEEPER}"
     proc = subprocess.Popen([sys.executable, "-c", deaf], env=env, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # its handler is in place
@@ -156,9 +156,10 @@ def test_an_owner_pid_reused_by_another_process_is_a_dead_owner() -> None:
     by this very process, started at another time) its orphaned engines were never ended, by mark or by
     record."""
     reused = f"{os.getpid()}:{psutil.Process().create_time() - 500:.2f}"  # our pid, another start time
-    env = {**os.environ, OWNER_ENV: reused}
+    env = {**os.environ, **owner_environment(reused)}
     marked = subprocess.Popen([sys.executable, "-c", SLEEPER], env=env)
-    recorded = subprocess.Popen([sys.executable, "-c", SLEEPER], env={k: v for k, v in env.items() if k != OWNER_ENV})
+    unmarked = {k: v for k, v in env.items() if k not in (OWNER_ENV, DATA_ENV)}
+    recorded = subprocess.Popen([sys.executable, "-c", SLEEPER], env=unmarked)
     try:
         psutil.Process(marked.pid).environ()  # it exists with its environment
         records_dir().mkdir(parents=True, exist_ok=True)

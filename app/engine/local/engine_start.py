@@ -29,11 +29,10 @@ from app.engine.local.start_failures import classify_start_failure
 from app.engine.local.start_progress import StartWatcher
 from app.engine.machine import capability, cpu_runtime, speculation
 from app.engine.machine.orphans import (
-    OWNER_ENV,
     children_since,
     end_orphans,
     end_processes,
-    owner_tag,
+    owner_environment,
     record_engine_processes,
 )
 from app.engine.machine.start_plan import check_machine, plan_start
@@ -107,7 +106,7 @@ class LocalStart:
         on_cpu = capability.probe_hardware().engine_kind == "cpu"
         self.engine_log = vllm_logging.configure_vllm_logging()
         # Children inherit this, so leftovers from a crash can be told apart from anyone else's vLLM.
-        os.environ[OWNER_ENV] = owner_tag()
+        os.environ.update(owner_environment())
         os.environ.update(dict(plan.environment))  # EngineCore and its compilers inherit it
         self._status("loading", "importing vLLM…", 0.15)
         with import_warmup.engine_loading():

@@ -5,7 +5,9 @@ its memory. Two marks tell our processes from anyone else's, never the name alon
 
 * After each engine start, Nalar records its engine processes (pid and start time) in
   ``<data dir>/engines/<owner>.json``, where owner is "<pid>-<start time>" of that Nalar.
-* Every engine process also inherits NALAR_ENGINE_OWNER. vLLM renames its processes with
+* Every engine process also inherits NALAR_ENGINE_OWNER, and NALAR_ENGINE_DATA (the data
+  dir, so a Nalar ends only its own data dir's leftovers, as it reads only its own records:
+  another profile's, or a parallel test's, are that one's to end). vLLM renames its processes with
   setproctitle, which overwrites /proc/<pid>/environ, so this mark only survives on the
   helpers it doesn't rename (such as multiprocessing's resource tracker).
 
@@ -29,11 +31,17 @@ from app.core.settings import paths
 log = logging.getLogger(__name__)
 
 OWNER_ENV = "NALAR_ENGINE_OWNER"
+DATA_ENV = "NALAR_ENGINE_DATA"
 
 
 def owner_tag(process: psutil.Process | None = None) -> str:
     process = process or psutil.Process()
     return f"{process.pid}:{process.create_time():.2f}"
+
+
+def owner_environment(tag: str | None = None) -> dict[str, str]:
+    """The marks an engine process inherits: its owner (``tag``, this process by default) and data dir."""
+    return {OWNER_ENV: tag or owner_tag(), DATA_ENV: str(paths.data_dir())}
 
 
 def _owner_alive(tag: str) -> bool:
@@ -145,7 +153,10 @@ def find_orphans() -> tuple[list[psutil.Process], list[Path]]:
                 orphans[proc.pid] = proc
     for proc in tagged_processes():
         try:
-            if not _owner_alive(proc.environ()[OWNER_ENV]):
+            environ = proc.environ()
+            if environ.get(DATA_ENV, str(paths.data_dir())) != str(paths.data_dir()):
+                continue  # another data dir's: its Nalar ends it
+            if not _owner_alive(environ[OWNER_ENV]):
                 orphans[proc.pid] = proc
         except (psutil.Error, KeyError, OSError):
             continue

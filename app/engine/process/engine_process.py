@@ -31,7 +31,7 @@ from app.engine.base import SHUTDOWN_GRACE_S, EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind, engine_stopped
 from app.engine.events import EngineErrorEvent, EngineEvent, EngineReady, Finished
 from app.engine.local import vllm_logging
-from app.engine.machine.orphans import OWNER_ENV, owner_tag, record_engine_processes, same_process
+from app.engine.machine.orphans import owner_environment, record_engine_processes, same_process
 from app.engine.process import process_protocol as protocol
 from app.engine.process import process_server
 from app.engine.reply.reasoning import ReplyTexts
@@ -293,7 +293,7 @@ def _spawn_child(child_main: ChildMain) -> tuple[Any, Connection]:
     """A spawned child running ``child_main`` on its end of a new pipe; ours is returned with it."""
     context = multiprocessing.get_context("spawn")  # fork would copy Qt and this process's threads
     ours, theirs = context.Pipe()
-    os.environ[OWNER_ENV] = owner_tag()  # marks the child as ours, should it outlive us (orphans)
+    os.environ.update(owner_environment())  # marks the child as ours, should it outlive us (orphans)
     process = context.Process(target=child_main, args=(theirs,), name="nalar-engine")
     with vllm_logging.stderr_to_engine_log():  # the resource tracker starts with the first child
         resource_tracker.ensure_running()
