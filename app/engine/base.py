@@ -25,6 +25,7 @@ class EngineBase:
 
     backend_name = "local"  # recorded with each reply: "local" or a remote profile's name
     can_resume = False  # generate() can go on with a cut reply (``resume``); else it answers anew
+    resume_refusal = ""  # where it can't: why, if the engine knows better than the generic reason
 
     def __init__(self, on_status: EventSink | None = None) -> None:
         self.loop_thread = LoopThread()

@@ -170,7 +170,8 @@ class Metrics:
     waiting_requests: int = 0
     speculation: SpecDecodeFigures | None = None  # this reply's, when the engine speculates
     # vLLM's own count (RequestOutput.num_cached_tokens) of the reply's first request: of the tokens sent
-    # (the prompt, and a resumed reply's kept text), how many the prefix cache held; 0 where unknown (remote)
+    # (the prompt, and a resumed reply's kept text), how many the prefix cache held; 0 where unknown (a server
+    # that reports no prompt_tokens_details)
     cached_prompt_tokens: int = 0
     sent_prompt_tokens: int = 0
 

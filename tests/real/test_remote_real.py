@@ -3,9 +3,12 @@ its stream fills both panes, and the remote takes over when the local engine's E
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 import pytest
 
@@ -23,11 +26,22 @@ from app.core.settings.settings import (
 )
 from app.engine.events import AnswerDelta, EngineEvent, Finished, Metrics, ThinkingDelta
 from app.engine.local.host import EngineHost
+from app.engine.remote.continuation import server_root
 from app.engine.remote.failover import FailoverEngine
 from app.engine.remote.remote import RemoteEngine
+from app.engine.requests import Resume
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
 from tests.real.test_faults_real import engine_core
-from tests.support.vllm_server import FEW_SHOT, REASONING_PARSER, SERVED_MODEL, VllmServer, serve_embedded_model
+from tests.real.test_pause_edit_real import HINT
+from tests.real.test_pause_edit_real import QUESTION as PAUSE_QUESTION
+from tests.support.vllm_server import (
+    FEW_SHOT,
+    REASONING_PARSER,
+    SERVED_MODEL,
+    THINKING_ALIAS,
+    VllmServer,
+    serve_embedded_model,
+)
 
 pytestmark = pytest.mark.real_engine
 
@@ -144,3 +158,60 @@ def test_failover_to_the_remote_when_the_local_engine_is_killed(qtbot, make_wind
     assert history.message_row(local_turn.message_id)["backend"] == "local"
     assert history.message_row(turn.message_id)["backend"] == "gpu-box"
     assert vllm_processes(before) == []
+
+
+def test_a_paused_remote_thinking_goes_on_from_the_edit_through_vllms_completions(vllm_server: VllmServer) -> None:
+    """Pause, edit, resume on a remote profile: the request is stopped while the model thinks, and the reply
+    goes on through vLLM's /v1/completions from the server's own rendering of the prompt, the opened think
+    block and the edited thinking. Bugs caught: Resume asking the chat endpoint anew (a new think block, the
+    edit lost); the ids sent not ending with the user's text; the server computing the whole prompt again
+    instead of reading it from its prefix cache; Pause off for a server that can resume."""
+    engine = RemoteEngine(EndpointProfile(name="qwq-box", base_url=vllm_server.base_url, model=THINKING_ALIAS),
+                          API_KEY)
+    sent: list[list[int]] = []
+    try:
+        engine.loop_thread.submit(engine.start(EngineConfig())).result(60)
+        assert engine.can_resume and engine.resume_refusal == "", engine.resume_refusal
+        client = engine._client  # noqa: SLF001 (the test reads the ids that leave for the server)
+        assert client is not None
+        create = client.completions.create
+
+        async def spy(**kwargs: Any) -> Any:
+            sent.append(list(kwargs["prompt"]))
+            return await create(**kwargs)
+
+        client.completions.create = spy  # type: ignore[method-assign]
+        sampling = SamplingConfig(temperature=0.0, think_budget=200, max_tokens=16)
+        messages = [{"role": "user", "content": PAUSE_QUESTION}]
+        thinking: list[str] = []
+
+        def pause_after_a_few_thoughts(event: EngineEvent) -> None:  # runs on the engine loop, as the bridge's
+            if isinstance(event, ThinkingDelta):
+                thinking.append(event.text)
+                if len(thinking) == 12:
+                    asyncio.ensure_future(engine.abort("paused"))
+
+        first = engine.loop_thread.submit(engine.stream_to(pause_after_a_few_thoughts, messages, sampling, "paused",
+                                                           ignore_eos=True)).result(300)
+        assert first is not None and first.reason == "abort" and first.thinking_text and not first.answer_text
+        edited = first.thinking_text + "\n" + HINT
+        resumed = engine.loop_thread.submit(engine.stream_to(
+            lambda event: None, messages, sampling, "resumed", ignore_eos=True,
+            resume=Resume("thinking", edited))).result(300)
+    finally:
+        engine.close()
+    assert resumed is not None and resumed.reason in ("length", "stop"), resumed
+    rendered = httpx.post(f"{server_root(vllm_server.base_url)}/tokenize", timeout=30, json={
+        "model": THINKING_ALIAS, "messages": messages, "add_generation_prompt": True}).json()["tokens"]
+    [ids] = sent
+    assert ids[:len(rendered)] == rendered, "the server's own rendering of the prompt first"
+    text = httpx.post(f"{server_root(vllm_server.base_url)}/detokenize", timeout=30, json={
+        "model": THINKING_ALIAS, "tokens": ids[len(rendered):]}).json()["prompt"]
+    assert text == "<think>\n" + edited, "then the opened think block and exactly the edited thinking"
+    figures = resumed.metrics
+    assert figures is not None
+    share = figures.cached_prompt_tokens / figures.sent_prompt_tokens
+    print(f"\nremote prefix cache on resume: {figures.cached_prompt_tokens} of {figures.sent_prompt_tokens} "
+          f"tokens ({share:.1%})")
+    assert figures.sent_prompt_tokens == len(ids) and share >= 0.90, "vLLM's own count, through the server"
+    assert resumed.thinking_text.startswith(edited) and len(resumed.thinking_text) > len(edited), "it went on"

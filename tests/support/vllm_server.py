@@ -23,6 +23,9 @@ import httpx
 import psutil
 
 SERVED_MODEL = "smol-remote"
+# The same model under a name Nalar takes for an always-thinking <think> family (a QwQ): its whole reply is
+# thinking until a </think> it never writes, which is what a pause on a remote profile needs to stream.
+THINKING_ALIAS = "smol-qwq"
 REASONING_PARSER = "granite"
 
 # A conversation whose earlier answers show the format the granite parser splits on.
@@ -73,9 +76,9 @@ def serve_embedded_model(model_dir: Path, log_dir: Path, startup_timeout_s: floa
     log_file = log_dir / "vllm-serve.log"
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-               "--served-model-name", SERVED_MODEL, "--host", "127.0.0.1", "--port", str(port),
+               "--served-model-name", SERVED_MODEL, THINKING_ALIAS, "--host", "127.0.0.1", "--port", str(port),
                "--max-model-len", "2048", "--max-num-seqs", "4", "--enforce-eager",
-               "--reasoning-parser", REASONING_PARSER]
+               "--reasoning-parser", REASONING_PARSER, "--enable-prompt-tokens-details"]
     # Its own process group, so one signal reaches EngineCore and the workers too.
     process = subprocess.Popen(command, env=env, stdout=log_file.open("wb"), stderr=subprocess.STDOUT,
                                start_new_session=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 
@@ -147,18 +148,21 @@ def test_switching_chats_while_paused_ends_the_pause(qtbot, make_window) -> None
     assert pane.view.isReadOnly() and pane.text() == original
 
 
-def test_a_remote_backend_has_pause_disabled_with_the_reason(qtbot, make_window) -> None:
-    """Bug caught: Pause offered on a backend that can't go on from a given thinking (a chat endpoint), where
-    Resume would silently ask anew and lose the edit."""
+@pytest.mark.parametrize("refusal", ["", "http://box/v1 has no vLLM /tokenize"])
+def test_a_remote_backend_has_pause_disabled_with_the_reason(qtbot, make_window, refusal: str) -> None:
+    """Bugs caught: Pause offered on a backend that can't go on from a given thinking (a chat endpoint), where
+    Resume would silently ask anew and lose the edit; the engine's own reason (which server, what it lacks)
+    replaced by the generic one."""
     engine = ScriptedEngineDouble([Script(LONG_THOUGHT, tokens_per_second=100)])
-    engine.can_resume = False  # as RemoteEngine and the failover say
+    engine.can_resume = False  # as a RemoteEngine without vLLM's /tokenize, and the failover, say
+    engine.resume_refusal = refusal
     window = make_window(engine, SETTINGS)
     controls, session = window.controls, window.session
     qtbot.waitUntil(controls.send_button.isEnabled, timeout=10_000)
     window.prompt.setPlainText("How long is 300 cm?")
     controls.send_button.click()
     qtbot.waitUntil(lambda: session.reply.thinking.count("step") >= 3, timeout=10_000)
-    assert not controls.pause_button.isEnabled() and controls.pause_button.toolTip() == CANT_PAUSE_REMOTE
+    assert not controls.pause_button.isEnabled() and controls.pause_button.toolTip() == (refusal or CANT_PAUSE_REMOTE)
     with qtbot.waitSignal(window.reply_finished, timeout=20_000):
         window.menus.trigger("pause_thinking")  # refused: the reply streams on
         window.menus.trigger("stop")

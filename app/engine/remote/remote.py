@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
+import httpx
 import openai
 from openai import AsyncOpenAI
 
@@ -27,6 +28,7 @@ from app.core.settings.settings import MAX_THINK_BUDGET, EndpointProfile, Engine
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, EngineReady, FinishReason, ToolCall, ToolCallDelta
+from app.engine.remote.continuation import NO_TOKENIZE, ServerContinuation, family_refusal
 from app.engine.reply.reasoning import RemoteReplySplitter, Split, think_start_for_model
 from app.engine.reply.stream import Phase, ReplyStream
 from app.engine.reply.tool_calls import new_call_id, without_reasoning
@@ -66,6 +68,9 @@ class RemoteEngine(EngineBase):
         self._client: AsyncOpenAI | None = None
         self.model = profile.model
         self._stops: dict[str, asyncio.Event] = {}  # set by abort: ends a wait for the next chunk at once
+        self._continuation: ServerContinuation | None = None  # a vLLM server's way to go on from a given text
+        self.can_resume = False
+        self.resume_refusal = ""
 
     def __repr__(self) -> str:  # never shows the key
         return f"RemoteEngine({self.profile.name!r}, {self.profile.base_url!r})"
@@ -73,39 +78,8 @@ class RemoteEngine(EngineBase):
     # ---- errors ------------------------------------------------------------------------------
 
     def failure_for(self, exc: BaseException) -> EngineFailure:
-        """Map what the openai client raised to a failure that names the endpoint and the fix."""
-        url, name = self.profile.base_url, self.profile.name
-        if isinstance(exc, EngineFailure):
-            return exc
-        if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
-            return EngineFailure(FailureKind.TIMEOUT,
-                                 f"{url} (profile “{name}”) did not answer within {self.first_token_timeout_s:g} s.",
-                                 "Check that the server is up and reachable, or raise the first-token budget.")
-        if isinstance(exc, openai.APIConnectionError):
-            return EngineFailure(FailureKind.UNREACHABLE, f"Can't reach {url} (profile “{name}”).",
-                                 "Check the base URL and that the server is running and reachable from here.")
-        if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            return EngineFailure(FailureKind.UNAUTHORIZED,
-                                 f"{url} refused the API key of profile “{name}” ({exc.status_code}).",
-                                 f"Check the key of profile “{name}” in Settings → Backends.")
-        if isinstance(exc, openai.NotFoundError) and not self.model:
-            return EngineFailure(FailureKind.UNREACHABLE,
-                                 f"{url} (profile “{name}”) has no OpenAI-compatible API there (404).",
-                                 "Check the base URL: it usually ends in /v1.")
-        if isinstance(exc, openai.NotFoundError):
-            return EngineFailure(FailureKind.MODEL_NOT_FOUND,
-                                 f"{url} (profile “{name}”) has no model “{self.model}” or no chat API there.",
-                                 "Set the profile's model to one the server lists at /v1/models, "
-                                 "and check the base URL ends in /v1.")
-        if isinstance(exc, openai.BadRequestError) and "context" in str(exc).lower():
-            return EngineFailure(FailureKind.PROMPT_TOO_LONG,
-                                 f"{url} says the conversation is too long for “{self.model}”.",
-                                 "Start a new conversation or lower the max answer tokens.")
-        if isinstance(exc, openai.APIStatusError):
-            return EngineFailure(FailureKind.REQUEST_FAILED,
-                                 f"{url} (profile “{name}”) answered {exc.status_code}: {exc.message[:200]}",
-                                 "Check the server's log; try again.")
-        return EngineFailure(FailureKind.REQUEST_FAILED, f"The request to {url} failed: {exc}", "Try again.")
+        """Map what the openai client (or httpx, for /tokenize) raised to a failure naming the endpoint and fix."""
+        return endpoint_failure(exc, self.profile, self.model, self.first_token_timeout_s)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -135,6 +109,7 @@ class RemoteEngine(EngineBase):
             self._status("failed", failure.message)
             raise failure from None
         self._client = client
+        await self._find_continuation()
         max_len = int((served[self.model].model_extra or {}).get("max_model_len") or 0) if served else 0
         self.ready = EngineReady(model=f"{self.profile.name}: {self.model}", kv_cache_dtype="", backend="remote",
                                  max_model_len=max_len, kv_capacity_tokens=0, max_concurrency=0.0,
@@ -142,10 +117,22 @@ class RemoteEngine(EngineBase):
         self._status("ready", f"ready: {self.model} at {self.profile.base_url} (profile “{self.profile.name}”)", 1.0)
         return self.ready
 
+    async def _find_continuation(self) -> None:
+        """Whether a cut or paused reply can go on from its text here (``can_resume``), and if not, why."""
+        self.resume_refusal = family_refusal(model_family(self.model), self.model)
+        if not self.resume_refusal:
+            self._continuation = await ServerContinuation.probe(self.profile.base_url, self.model, self._api_key,
+                                                                self.first_token_timeout_s)
+            self.resume_refusal = "" if self._continuation else NO_TOKENIZE.format(url=self.profile.base_url)
+        self.can_resume = self._continuation is not None
+
     async def shutdown(self) -> None:
         client, self._client, self.ready = self._client, None, None
+        continuation, self._continuation, self.can_resume = self._continuation, None, False
         for stop in self._stops.values():
             stop.set()
+        if continuation is not None:
+            await continuation.close()
         if client is not None:
             await client.close()
             self._status("stopped", f"disconnected from {self.profile.base_url}")
@@ -179,11 +166,13 @@ class RemoteEngine(EngineBase):
     async def generate(self, messages: Sequence[Message], sampling: SamplingConfig, request_id: str | None = None, *,
                        ignore_eos: bool = False, resume: Resume | None = None, tools: Tools | None = None,
                        tool_choice: ToolChoice | None = None) -> AsyncGenerator[EngineEvent, None]:
-        """``resume`` is not supported (can_resume is False): the caller asks anew."""
+        """``resume`` goes on from a cut or paused reply's text where the server can (``can_resume``, through
+        its completions endpoint); elsewhere the caller asks anew."""
         rid = request_id or uuid.uuid4().hex[:12]
         ready = self.ready
         stream = ReplyStream(rid, max_model_len=ready.max_model_len if ready else 0, sampling=sampling)
-        splitter = RemoteReplySplitter(think_start_for_model(self.model, None, sampling.thinking))
+        start = think_start_for_model(self.model, None, sampling.thinking)
+        splitter = RemoteReplySplitter(start)
         finish: FinishReason = "stop"
         calls = StreamedCalls()
 
@@ -192,11 +181,18 @@ class RemoteEngine(EngineBase):
                 if self._client is None or ready is None:
                     raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
                                         NOT_STARTED_FIX)
-                kwargs = chat_request(self.model, messages, sampling, tools, tool_choice,
-                                      send_budget=self.profile.send_think_budget)
+                if resume is not None and self._continuation is not None:
+                    going_on = await self._continuation.prompt(messages, sampling, resume, start == "open", tools)
+                    splitter = RemoteReplySplitter(going_on.start)
+                    stream.resume_from(resume, going_on.kept_tokens)
+                    request = self._client.completions.create(**completion_request(
+                        self.model, going_on.ids, sampling, going_on.kept_tokens, ignore_eos))
+                else:
+                    request = self._client.chat.completions.create(**chat_request(
+                        self.model, messages, sampling, tools, tool_choice, send_budget=self.profile.send_think_budget,
+                        ignore_eos=ignore_eos))
                 # The server may take its time before the first chunk: that wait is what the budget bounds.
-                chunk_stream: AsyncIterator[Any] = await self._until_stopped(
-                    self._client.chat.completions.create(**kwargs), rid, self.first_token_timeout_s)
+                chunk_stream: AsyncIterator[Any] = await self._until_stopped(request, rid, self.first_token_timeout_s)
                 async with contextlib.aclosing(chunk_stream) as chunks:  # type: ignore[type-var]
                     iterator = aiter(chunks)
                     while True:
@@ -207,18 +203,17 @@ class RemoteEngine(EngineBase):
                         except StopAsyncIteration:
                             break
                         if chunk.usage is not None:
-                            stream.prompt_tokens = chunk.usage.prompt_tokens or 0
+                            take_usage(stream, chunk.usage)
                         if not chunk.choices:
                             continue
-                        choice = chunk.choices[0]
-                        for event in calls.feed(rid, choice.delta.tool_calls or ()):
+                        content, reasoning, call_deltas, finish_reason = chunk_parts(chunk.choices[0])
+                        for event in calls.feed(rid, call_deltas):
                             yield event
-                        for event in text_events(stream, splitter.feed(choice.delta.content or "",
-                                                                       _delta_reasoning(choice.delta))):
+                        for event in text_events(stream, splitter.feed(content, reasoning)):
                             yield event
-                        if choice.finish_reason:
-                            finish = ("length" if choice.finish_reason == "length" else
-                                      "tool_calls" if choice.finish_reason == "tool_calls" else "stop")
+                        if finish_reason:
+                            finish = ("length" if finish_reason == "length" else
+                                      "tool_calls" if finish_reason == "tool_calls" else "stop")
                         if stream.loop is not None:
                             # A server can't be told to close the think block mid-stream: a loop ends the reply.
                             loop = stream.act_on_loop(can_conclude=False, can_resample=False)
@@ -235,7 +230,7 @@ class RemoteEngine(EngineBase):
             except asyncio.CancelledError:
                 yield stream.aborted()
                 raise
-            except (EngineFailure, openai.OpenAIError, asyncio.TimeoutError, OSError) as exc:
+            except (EngineFailure, openai.OpenAIError, httpx.HTTPError, asyncio.TimeoutError, OSError) as exc:
                 # Keep what arrived; say what went wrong and where.
                 failure = self.failure_for(exc)
                 if not isinstance(exc, EngineFailure):
@@ -251,8 +246,83 @@ class RemoteEngine(EngineBase):
                 yield event
 
 
+def endpoint_failure(exc: BaseException, profile: EndpointProfile, model: str, timeout_s: float) -> EngineFailure:
+    """What the openai client (or httpx) raised, as a failure that names the endpoint and the fix."""
+    url, name = profile.base_url, profile.name
+    if isinstance(exc, EngineFailure):
+        return exc
+    if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
+        return EngineFailure(FailureKind.TIMEOUT,
+                             f"{url} (profile “{name}”) did not answer within {timeout_s:g} s.",
+                             "Check that the server is up and reachable, or raise the first-token budget.")
+    if isinstance(exc, (openai.APIConnectionError, httpx.TransportError)):
+        return EngineFailure(FailureKind.UNREACHABLE, f"Can't reach {url} (profile “{name}”).",
+                             "Check the base URL and that the server is running and reachable from here.")
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return EngineFailure(FailureKind.UNAUTHORIZED,
+                             f"{url} refused the API key of profile “{name}” ({exc.status_code}).",
+                             f"Check the key of profile “{name}” in Settings → Backends.")
+    if isinstance(exc, openai.NotFoundError) and not model:
+        return EngineFailure(FailureKind.UNREACHABLE,
+                             f"{url} (profile “{name}”) has no OpenAI-compatible API there (404).",
+                             "Check the base URL: it usually ends in /v1.")
+    if isinstance(exc, openai.NotFoundError):
+        return EngineFailure(FailureKind.MODEL_NOT_FOUND,
+                             f"{url} (profile “{name}”) has no model “{model}” or no chat API there.",
+                             "Set the profile's model to one the server lists at /v1/models, "
+                             "and check the base URL ends in /v1.")
+    if isinstance(exc, openai.BadRequestError) and "context" in str(exc).lower():
+        return EngineFailure(FailureKind.PROMPT_TOO_LONG,
+                             f"{url} says the conversation is too long for “{model}”.",
+                             "Start a new conversation or lower the max answer tokens.")
+    if isinstance(exc, openai.APIStatusError):
+        return EngineFailure(FailureKind.REQUEST_FAILED,
+                             f"{url} (profile “{name}”) answered {exc.status_code}: {exc.message[:200]}",
+                             "Check the server's log; try again.")
+    if isinstance(exc, httpx.HTTPStatusError):  # /tokenize or /detokenize, on the way to a continuation
+        return EngineFailure(FailureKind.REQUEST_FAILED,
+                             f"{url} (profile “{name}”) answered {exc.response.status_code} to "
+                             f"{exc.request.url.path}: {exc.response.text[:200]}", "Check the server's log; try again.")
+    return EngineFailure(FailureKind.REQUEST_FAILED, f"The request to {url} failed: {exc}", "Try again.")
+
+
+def chunk_parts(choice: Any) -> tuple[str, str, Sequence[Any], str | None]:
+    """A streamed choice's content, reasoning, tool-call deltas and finish reason. A completions choice has
+    text alone: no server-side split, no parsed calls."""
+    delta = getattr(choice, "delta", None)
+    if delta is None:
+        return getattr(choice, "text", None) or "", "", (), choice.finish_reason
+    return delta.content or "", _delta_reasoning(delta), delta.tool_calls or (), choice.finish_reason
+
+
+def take_usage(stream: ReplyStream, usage: Any) -> None:
+    """The server's token counts: the prompt's, and vLLM's prefix-cache hit on it where the server reports one
+    (``--enable-prompt-tokens-details``)."""
+    stream.prompt_tokens = usage.prompt_tokens or 0
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    if cached is not None and stream.prompt_tokens:
+        stream.prefix_cache = (int(cached), stream.prompt_tokens)
+
+
+def completion_request(model: str, prompt_ids: list[int], sampling: SamplingConfig, kept_tokens: int,
+                       ignore_eos: bool = False) -> dict[str, Any]:
+    """The streamed completions request that goes on after ``prompt_ids``: the tokens left to the reply (the
+    kept text spent the rest), and the request's controls that the completions endpoint takes."""
+    kwargs: dict[str, Any] = {
+        "model": model, "prompt": prompt_ids, "stream": True,
+        "temperature": sampling.temperature, "top_p": sampling.top_p,
+        "max_tokens": max(1, sampling.think_budget + sampling.max_tokens - kept_tokens),
+        "stream_options": {"include_usage": True}}
+    kwargs.update({key: value for key, value in request_fields(sampling, None, None).items()
+                   if key != "response_format"})
+    if ignore_eos:
+        kwargs["extra_body"] = {"ignore_eos": True}
+    return kwargs
+
+
 def chat_request(model: str, messages: Sequence[Message], sampling: SamplingConfig, tools: Tools | None,
-                 tool_choice: ToolChoice | None, send_budget: bool = False) -> dict[str, Any]:
+                 tool_choice: ToolChoice | None, send_budget: bool = False, ignore_eos: bool = False) -> dict[str, Any]:
     """The streamed chat-completions request for ``model``, as the openai client's keyword arguments.
     ``send_budget``: the profile's switch to send the think budget in vLLM's and OpenAI's fields too (Nalar's
     own count still cuts the reply; a server that enforces it just stops earlier)."""
@@ -269,6 +339,8 @@ def chat_request(model: str, messages: Sequence[Message], sampling: SamplingConf
         effort = budget_effort(sampling.think_budget)
         if effort is not None or model_family(model).parser == "openai_gptoss":
             kwargs["reasoning_effort"] = effort or sampling.reasoning_effort
+    if ignore_eos:  # vLLM's field, for benchmarks and tests: sent only when asked for
+        kwargs.setdefault("extra_body", {})["ignore_eos"] = True
     kwargs.update(request_fields(sampling, tools, tool_choice))
     return kwargs
 

@@ -53,8 +53,8 @@ class ReplyContinuations:
         """The repetition was wanted: go on with the reply the guard cut, with the guard off for it.
 
         The reply goes on from where it was cut (the kept thinking after a thinking loop, the kept
-        answer after an answer loop). An engine that can't resume (a remote server), or a reply with
-        no cut, is answered again instead, with the guard off."""
+        answer after an answer loop). An engine that can't resume (a server without vLLM's completions),
+        or a reply with no cut, is answered again instead, with the guard off."""
         conversation = self.conversation
         if self.streaming or not conversation.turns or not self.controller.engine_ready:
             return
@@ -96,7 +96,8 @@ class ReplyContinuations:
     @property
     def pause_reason(self) -> str:
         """Why Pause is off for this backend, or "" where it can apply."""
-        return "" if self.controller.bridge.engine.can_resume else CANT_PAUSE_REMOTE
+        engine = self.controller.bridge.engine
+        return "" if engine.can_resume else engine.resume_refusal or CANT_PAUSE_REMOTE
 
     @asyncSlot()
     async def pause_thinking(self) -> None:
