@@ -206,3 +206,42 @@ def test_an_unknown_reasoning_effort_is_refused_by_the_api_and_the_settings() ->
         ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "max"})
     with pytest.raises(ValidationError, match="reasoning_effort"):
         SamplingConfig(reasoning_effort="max")  # type: ignore[arg-type]
+
+
+def test_a_paused_gpt_oss_reply_resumes_inside_its_analysis_channel(gpt_oss_tokenizer: Any) -> None:
+    """Pause–edit–resume (and a loop's Continue) on gpt-oss. Bugs caught: the edited thinking sent straight
+    after ``<|start|>assistant`` with no channel (the model reads it as a message with no header and starts a
+    new one), or vLLM's Harmony parser starting fresh on the continuation, so the model's further analysis
+    landed in the answer pane or the kept thinking was shown twice."""
+    from openai_harmony import Conversation, Message, Role
+    from vllm.entrypoints.openai.parser.harmony_utils import (
+        build_harmony_preamble,
+        get_encoding,
+        parse_chat_inputs_to_harmony_messages,
+    )
+
+    from app.engine.local.reply_prompt import ReplyPrompts
+
+    messages = [{"role": "user", "content": "How long is 300 cm in metres?"}]
+    prompts = ReplyPrompts(gpt_oss_tokenizer, model_family("openai/gpt-oss-20b"), 4096, reasoning_mode=True)
+    edited = "300 cm is 300 centimetres.\nHint: check the units."
+    kept = prompts.resumed_thinking(edited)
+    analysis = Message.from_role_and_content(Role.ASSISTANT, edited).with_channel("analysis")
+    turns = [*build_harmony_preamble(reasoning_effort="medium"), *parse_chat_inputs_to_harmony_messages(messages),
+             analysis]
+    rendered = get_encoding().render_conversation_for_completion(Conversation.from_messages(turns), Role.ASSISTANT)
+    end = gpt_oss_tokenizer.encode("<|end|>", add_special_tokens=False)
+    assert [*harmony_prompt_ids(messages), *kept, *end] == rendered[:-len(
+        gpt_oss_tokenizer.encode("<|start|>assistant", add_special_tokens=False))], "Harmony's own analysis message"
+
+    splitter = make_splitter("openai_gptoss", gpt_oss_tokenizer, start="open")
+    assert isinstance(splitter, HarmonySplitter)
+    splitter.prime(kept)
+    went_on = gpt_oss_tokenizer.encode(" So 3 m.<|end|><|start|>assistant<|channel|>final<|message|>3 m",
+                                       add_special_tokens=False)
+    texts = ReplyTexts()
+    texts.start_from(edited, "")
+    for token in went_on:
+        texts.take("r", splitter.feed(gpt_oss_tokenizer.decode([token]), [token]))
+    texts.take("r", splitter.flush())
+    assert (texts.thinking_text, texts.answer_text) == (edited + " So 3 m.", "3 m")

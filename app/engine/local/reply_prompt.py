@@ -13,7 +13,7 @@ from app.engine.base import Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineReady
 from app.engine.reply import trimming
-from app.engine.reply.harmony import FORCED_FINAL, HarmonyTemplate
+from app.engine.reply.harmony import ANALYSIS_OPEN, FORCED_FINAL, HarmonyTemplate
 from app.engine.reply.harmony import REASONING_PARSER as HARMONY_REASONING
 from app.engine.reply.kept_thinking import KeptThinkingTemplate, mark_kept
 from app.engine.reply.reasoning import THINK_CLOSE
@@ -100,6 +100,11 @@ class ReplyPrompts:
         reserve = min(budget + sampling.max_tokens, self.max_model_len // 4)
         return self.fit(messages, reserve, opened_think=thinking_on, tools=offer.tools if offer is not None else (),
                         effort=sampling.reasoning_effort)
+
+    def resumed_thinking(self, thinking: str) -> list[int]:
+        """A paused or cut reply's kept thinking as the tokens to go on after: gpt-oss's sits in the analysis
+        channel the reply had opened after the prompt's ``<|start|>assistant``, so the channel comes first."""
+        return self.encode(ANALYSIS_OPEN + thinking) if self.harmony else self.encode(thinking)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []

@@ -33,6 +33,7 @@ CALL_END = "<|call|>"
 NEXT_MESSAGE = "<|start|>assistant"
 # The think budget or Answer now ends the analysis and opens the final answer, as Harmony writes a turn
 FORCED_FINAL = "<|end|><|start|>assistant<|channel|>final<|message|>"
+ANALYSIS_OPEN = "<|channel|>analysis<|message|>"  # how a reply's thinking starts after <|start|>assistant
 Effort = ReasoningEffort
 
 

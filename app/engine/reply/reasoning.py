@@ -268,6 +268,12 @@ class HarmonySplitter:
     def in_thinking(self) -> bool:
         return self._in_thinking
 
+    def prime(self, kept_ids: Sequence[int]) -> None:
+        """A resumed reply: the parser reads the kept ids (their channel with them), whose text the reply
+        already has, so the model's next tokens are read in that channel."""
+        if kept_ids:
+            self._split(self._parser.parse_delta("", list(kept_ids), self._request, finished=False))
+
     def feed(self, delta_text: str, delta_token_ids: Sequence[int] = ()) -> Split:
         if not delta_token_ids:
             return Split()
