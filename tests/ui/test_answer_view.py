@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QUrl
-from PySide6.QtGui import QGuiApplication, QImage, QTextCharFormat, QTextDocument
+from PySide6.QtGui import QGuiApplication, QImage, QTextDocument
 from PySide6.QtWidgets import QMessageBox
 
 from app.core.chat.answer_markup import MATH_SCHEME, Formula
@@ -215,11 +215,9 @@ def held_drawing(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 PARAGRAPHS = "".join(f"Paragraph {n} says nothing of note, at some length.\n\n" for n in range(300))
 
 
-def test_a_drawn_formula_takes_its_sources_place_with_nothing_rendered_again(qtbot, monkeypatch) -> None:
-    """Bugs caught: each drawn formula re-rendered the whole answer from the top, so a long maths answer cost
-    the whole text once per formula (quadratic: 0.4 s a formula at 300 KB, `nalar bench ui` synthetic-maths);
-    then, rendered again from its paragraph on, an early formula drawn late still re-parsed the rest of the
-    answer, as one block that the next image re-parsed again (UI stalls of 1.2–1.7 s at 5,000 tok/s)."""
+def test_a_drawn_formula_renders_again_from_its_paragraph_not_the_whole_answer(qtbot, monkeypatch) -> None:
+    """Bug caught: each drawn formula re-rendered the whole answer from the top, so a long maths answer cost
+    the whole text once per formula (quadratic: 0.4 s a formula at 300 KB, `nalar bench ui` synthetic-maths)."""
     gate = held_drawing(monkeypatch)
     pane = AnswerPane()
     qtbot.addWidget(pane)
@@ -231,38 +229,11 @@ def test_a_drawn_formula_takes_its_sources_place_with_nothing_rendered_again(qtb
         inserted.append(len(markdown)), real_insert(cursor, markdown, streaming))[1])
     gate.set()
     qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
-    assert inserted == [], "the image replaced the source in place"
+    # The formula's chunk (what one refresh committed: at most one 400-character step here) and the tail.
+    assert 0 < sum(inserted) <= 400 + len("Tail still streaming") < len(PARAGRAPHS), sum(inserted)
     plain = pane.view.toPlainText()
     assert plain.count("Paragraph 299 says") == 1 and "x^2" not in plain
     assert plain.rstrip().endswith("Tail still streaming")
-
-
-def test_every_place_of_a_formula_drawn_late_gets_its_image_and_its_source_as_tooltip(qtbot, monkeypatch) -> None:
-    """Bugs caught: only the first place of a formula written twice (here in two chunks, and a display one
-    between) swapped to its image; a source the tail rendered anew meanwhile (its kept cursor emptied) never
-    got one; the image placed without its source to hover or its middle alignment."""
-    gate = held_drawing(monkeypatch)
-    pane = AnswerPane()
-    qtbot.addWidget(pane)
-    inline = f"a_{{{unseen()}}} < b"
-    text = (f"First ${inline}$ here.\n\n" + PARAGRAPHS + f"$$\\sum_{{k={unseen()}}} k$$\n\n"
-            + f"Again ${inline}$ at the end")
-    stream(pane, text, chunk=300)
-    pane.finish()
-    gate.set()
-    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 3, timeout=60_000)
-    assert pane.view.toPlainText().count("Paragraph 150 says") == 1 and inline not in pane.view.toPlainText()
-    forms = []
-    block = pane.view.document().begin()
-    while block.isValid():
-        fragments = block.begin()
-        while not fragments.atEnd():
-            if (form := fragments.fragment().charFormat()).isImageFormat():
-                forms.append(form)
-            fragments += 1
-        block = block.next()
-    assert [form.toolTip() for form in forms][::2] == [inline, inline]
-    assert all(form.verticalAlignment() == QTextCharFormat.VerticalAlignment.AlignMiddle for form in forms)
 
 
 def test_an_early_formula_drawn_late_keeps_every_later_paragraph_once(qtbot, monkeypatch) -> None:

@@ -12,7 +12,6 @@ text says another; any other scheme is refused with its address shown.
 from __future__ import annotations
 
 import atexit
-import html as html_text
 import logging
 import re
 from collections import OrderedDict
@@ -29,7 +28,6 @@ from PySide6.QtGui import (
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
-    QTextImageFormat,
 )
 from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QFrame, QLabel, QMessageBox, QTextBrowser, QVBoxLayout, QWidget
@@ -47,7 +45,6 @@ from app.ui.chat.panes import text_source
 
 log = logging.getLogger(__name__)
 MARKDOWN_REFRESH_MS = 100
-PLACE_DRAWN_MS = 100  # drawn formulas take their places together, at most this often
 # Past this, the answer's streaming tail is committed at a line break so re-renders stay short.
 MAX_MARKDOWN_TAIL = 4000
 OPENABLE_SCHEMES = ("http", "https")
@@ -151,11 +148,8 @@ def link_text_differs(link: Link) -> bool:
 class AnswerDocument:
     """The rendered answer in one QTextBrowser, and what its numbered links, code and formulas refer to.
 
-    A formula shows as its source until its image is drawn; then the image takes the source's place in the
-    document, found by a cursor kept on it (Qt moves it as text changes around it), with nothing rendered
-    again: rendering from the formula on, as before, re-parsed the rest of a formula-dense answer for each
-    image the worker brought back (seconds). Where no kept cursor holds the source any more, ``redraw`` (the
-    owner's) renders again from where that formula is (it is given the formula's key).
+    A formula shows as its source until its image is drawn; then ``redraw`` (the owner's) renders again from
+    where that formula is (it is given the formula's key).
     """
 
     def __init__(self, view: QTextBrowser, redraw: Callable[[str], None]) -> None:
@@ -164,13 +158,6 @@ class AnswerDocument:
         self.collected = Collected()
         self._images: dict[str, QImage | None] = {}  # formula key → its image, or None: shown as source
         self._waiting: set[str] = set()
-        self._sources: dict[str, list[QTextCursor]] = {}  # formula key → cursors selecting its source, shown
-        self._shown: list[tuple[str, str]] = []  # sources html() showed, not yet inserted: (key, source)
-        self._ready: list[str] = []  # formulas drawn, whose images wait for _place_drawn
-        self._place_timer = QTimer(view)
-        self._place_timer.setSingleShot(True)
-        self._place_timer.setInterval(PLACE_DRAWN_MS)
-        self._place_timer.timeout.connect(self._place_drawn)
         view.setOpenLinks(False)
         view.setOpenExternalLinks(False)
         view.anchorClicked.connect(self.on_anchor)
@@ -179,8 +166,6 @@ class AnswerDocument:
 
     def clear(self) -> None:
         self.collected = Collected()
-        self._sources.clear()
-        self._shown = []
 
     def html(self, markdown: str, streaming: bool = False) -> str:
         """``markdown`` as HTML for this view; the images of its drawn formulas are added to the document."""
@@ -198,78 +183,20 @@ class AnswerDocument:
             elif formula.key not in self._images and formula.key not in self._waiting:
                 self._waiting.add(formula.key)
                 formula_drawer().request(formula)
-        def source(match: re.Match[str]) -> str:  # the title holds the source, escaped
-            key, title = match.group(1), match.group(2)
-            if self._images.get(key) is not None:
-                return match.group(0)
-            if key in self._waiting:
-                self._shown.append((key, html_text.unescape(title)))
-            return f'<code title="{title}" style="color: #57606a">{title}</code>'
-        return _IMAGE.sub(source, rendered)
-
-    def keep_sources(self, start: int, end: int) -> None:
-        """Cursors on the sources of the HTML just inserted between ``start`` and ``end`` (what html() made since
-        the last insert) that wait for their image. Each is the fragment whose tooltip (the title) is the next
-        awaited source, in document order."""
-        document = self.view.document()
-        shown, self._shown = self._shown, []
-        awaited = iter(shown)
-        wanted = next(awaited, None)
-        block = document.findBlock(start)
-        while wanted is not None and block.isValid() and block.position() < end:
-            fragments = block.begin()
-            while wanted is not None and not fragments.atEnd():
-                fragment = fragments.fragment()
-                form = fragment.charFormat()
-                if fragment.position() >= start and not form.isImageFormat() and form.toolTip() == wanted[1]:
-                    kept = QTextCursor(document)
-                    kept.setPosition(fragment.position())
-                    kept.setPosition(min(fragment.position() + fragment.length(), document.characterCount() - 1),
-                                     QTextCursor.MoveMode.KeepAnchor)
-                    self._sources.setdefault(wanted[0], []).append(kept)
-                    wanted = next(awaited, None)
-                fragments += 1
-            block = block.next()
+        return _IMAGE.sub(lambda m: m.group(0) if self._images.get(m.group(1)) is not None else
+                          f'<code style="color: #57606a">{m.group(2)}</code>', rendered)
 
     def _on_drawn(self, key: str, svg: bytes | None) -> None:
         if key in self._waiting:
             self._waiting.discard(key)
-            self._images[key] = image = svg_image(svg) if svg else None
-            if image is None:
-                self._sources.pop(key, None)
-                return
-            self.view.document().addResource(QTextDocument.ResourceType.ImageResource,
-                                             QUrl(f"{MATH_SCHEME}:{key}"), image)
-            self._ready.append(key)
-            if not self._place_timer.isActive():
-                self._place_timer.start()
-
-    def _place_drawn(self) -> None:
-        """The images drawn since the last call take their sources' places, in one edit: the document is laid
-        out again once, not once an image."""
-        ready, self._ready = self._ready, []
-        edit = QTextCursor(self.view.document())
-        edit.beginEditBlock()
-        unplaced = []
-        for key in ready:
-            # A cursor whose source was rendered anew since has no selection left (its text was removed).
-            placed = [cursor for cursor in self._sources.pop(key, []) if cursor.hasSelection()]
-            for cursor in placed:
-                form = QTextImageFormat()
-                form.setName(f"{MATH_SCHEME}:{key}")
-                form.setToolTip(cursor.charFormat().toolTip())
-                form.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignMiddle)
-                cursor.insertImage(form)
-            if not placed:
-                unplaced.append(key)
-        edit.endEditBlock()
-        for key in unplaced:
-            self.redraw(key)
+            self._images[key] = svg_image(svg) if svg else None
+            if self._images[key] is not None:
+                self.redraw(key)
 
     @property
     def drawing(self) -> bool:
-        """Formulas of this document still being drawn, or drawn and not yet in place."""
-        return bool(self._waiting or self._ready)
+        """Formulas of this document still being drawn."""
+        return bool(self._waiting)
 
     def insert(self, cursor: QTextCursor, markdown: str, streaming: bool = False) -> None:
         html = self.html(markdown, streaming)
@@ -277,13 +204,7 @@ class AnswerDocument:
             centred = cursor.blockFormat()
             centred.setAlignment(Qt.AlignmentFlag.AlignHCenter)
             cursor.setBlockFormat(centred)
-        self.insert_html(cursor, html)
-
-    def insert_html(self, cursor: QTextCursor, html: str) -> None:
-        """HTML that html() made (in one call or several) inserted at ``cursor``, its formulas' sources kept."""
-        start = cursor.position()
         cursor.insertHtml(html)
-        self.keep_sources(start, cursor.position())
 
     def on_anchor(self, url: QUrl) -> None:
         scheme, number = url.scheme(), url.path()

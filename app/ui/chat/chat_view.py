@@ -137,8 +137,8 @@ class ChatView(QWidget):
             cursor = QTextCursor(self.transcript.document())
             cursor.movePosition(QTextCursor.MoveOperation.End)
             cursor.insertBlock()  # as setHtml ends a table: the reply starts below it
-            self.transcript_document.insert_html(cursor, _reply(turns[-2], self.transcript_document, switches[-2])
-                                                 + _question(turns[-1], len(turns) - 1, places[-1]))
+            cursor.insertHtml(_reply(turns[-2], self.transcript_document, switches[-2])
+                              + _question(turns[-1], len(turns) - 1, places[-1]))
         else:
             self.transcript_document.clear()
             parts = [_question(turn, i, places[i]) + _reply(turn, self.transcript_document, switches[i])
@@ -146,7 +146,6 @@ class ChatView(QWidget):
             if turns:
                 parts.append(_question(turns[-1], len(turns) - 1, places[-1]))
             self.transcript.setHtml("".join(parts))
-            self.transcript_document.keep_sources(0, self.transcript.document().characterCount())
         self._shown = (conversation.id, list(turns))
         self.transcript.setVisible(bool(turns))  # no empty box above a new conversation
         bar = self.transcript.verticalScrollBar()
