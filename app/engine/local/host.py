@@ -48,7 +48,7 @@ from app.engine.local.reply_prompt import (
     kept_images,
 )
 from app.engine.machine.orphans import OrphanWatch, end_processes, record_engine_processes, same_process
-from app.engine.reply.reasoning import HarmonySplitter, make_splitter, think_start_of_prompt
+from app.engine.reply.reasoning import make_splitter, prime, think_start_of_prompt
 from app.engine.reply.stream import ReplyStream
 from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of
 from app.engine.requests import Resume, ToolChoice, Tools
@@ -227,8 +227,7 @@ class EngineHost(EngineBase):
         close_ids = prompts.encode(prompts.forced_close)
         if resume is not None:
             reply.generated_ids = prompts.resumed_thinking(resume.thinking) if thinking_on else []
-            if isinstance(splitter, HarmonySplitter):
-                splitter.prime(reply.generated_ids)
+            prime(splitter, reply.generated_ids)
             reply.stream.resume_from(resume, len(reply.generated_ids))
         requests = ReplyRequests(self._engine, lambda ids: engine_prompt(self._engine, ids, images), self._live,
                                  self._aborted, self._answer_now, prompts.tokenizer.decode)

@@ -303,6 +303,13 @@ class HarmonySplitter:
         return Split(thinking, answer)
 
 
+def prime(splitter: ReasoningSplitter, kept_ids: Sequence[int]) -> None:
+    """A resumed reply's splitter reads the kept ids first where it parses ids (Harmony's channels); a tag
+    splitter already starts inside the think block."""
+    if isinstance(splitter, HarmonySplitter):
+        splitter.prime(kept_ids)
+
+
 class RemoteReplySplitter:
     """A remote server's deltas. Once it sends reasoning in a field of its own (``reasoning_content``
     or ``reasoning``) it has split the reply itself, and its content is all answer; until then the
