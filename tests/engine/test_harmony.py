@@ -234,9 +234,8 @@ def test_a_paused_gpt_oss_reply_resumes_inside_its_analysis_channel(gpt_oss_toke
     assert [*harmony_prompt_ids(messages), *kept, *end] == rendered[:-len(
         gpt_oss_tokenizer.encode("<|start|>assistant", add_special_tokens=False))], "Harmony's own analysis message"
 
-    splitter = make_splitter("openai_gptoss", gpt_oss_tokenizer, start="open")
+    splitter = make_splitter("openai_gptoss", gpt_oss_tokenizer, start="open", kept_ids=kept)
     assert isinstance(splitter, HarmonySplitter)
-    splitter.prime(kept)
     went_on = gpt_oss_tokenizer.encode(" So 3 m.<|end|><|start|>assistant<|channel|>final<|message|>3 m",
                                        add_special_tokens=False)
     texts = ReplyTexts()

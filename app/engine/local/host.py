@@ -48,7 +48,7 @@ from app.engine.local.reply_prompt import (
     kept_images,
 )
 from app.engine.machine.orphans import OrphanWatch, end_processes, record_engine_processes, same_process
-from app.engine.reply.reasoning import make_splitter, prime, think_start_of_prompt
+from app.engine.reply.reasoning import make_splitter, think_start_of_prompt
 from app.engine.reply.stream import ReplyStream
 from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, forced_schema, gate_for, offer_of
 from app.engine.requests import Resume, ToolChoice, Tools
@@ -222,13 +222,13 @@ class EngineHost(EngineBase):
         if dropped:
             yield ContextTrimmed(rid, dropped)
         start = think_start_of_prompt(prompts.tokenizer.decode(prompt_ids[-8:])) or ("open" if thinking_on else "none")
-        splitter = make_splitter(prompts.family.parser, prompts.tokenizer, start=start)
+        kept = prompts.resumed_thinking(resume.thinking) if resume is not None and thinking_on else []
+        splitter = make_splitter(prompts.family.parser, prompts.tokenizer, start=start, kept_ids=kept)
         reply = self._new_reply(rid, sampling, prompt_ids, thinking_on, ignore_eos, offer)
         close_ids = prompts.encode(prompts.forced_close)
         if resume is not None:
-            reply.generated_ids = prompts.resumed_thinking(resume.thinking) if thinking_on else []
-            prime(splitter, reply.generated_ids)
-            reply.stream.resume_from(resume, len(reply.generated_ids))
+            reply.generated_ids = kept
+            reply.stream.resume_from(resume, len(kept))
         requests = ReplyRequests(self._engine, lambda ids: engine_prompt(self._engine, ids, images), self._live,
                                  self._aborted, self._answer_now, prompts.tokenizer.decode)
         resumed_answer = prompts.encode(resume.answer) if resume is not None and resume.phase == "answer" else None

@@ -151,10 +151,11 @@ def find_orphans() -> tuple[list[psutil.Process], list[Path]]:
             proc = same_process(int(entry["pid"]), float(entry["create_time"]))
             if proc is not None:
                 orphans[proc.pid] = proc
+    ours = str(paths.data_dir())
     for proc in tagged_processes():
         try:
             environ = proc.environ()
-            if environ.get(DATA_ENV, str(paths.data_dir())) != str(paths.data_dir()):
+            if environ.get(DATA_ENV, ours) != ours:
                 continue  # another data dir's: its Nalar ends it
             if not _owner_alive(environ[OWNER_ENV]):
                 orphans[proc.pid] = proc

@@ -258,21 +258,19 @@ class HarmonySplitter:
     commentary to no one → answer); calls go to the answer as their Harmony markup at the end, for the tool
     gate (harmony.py says why)."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, kept_ids: Sequence[int] = ()) -> None:
+        """``kept_ids``: a resumed reply's kept tokens (their channel with them), whose text the reply already
+        has; the parser reads them first, so the model's next tokens are read in that channel."""
         self._parser = harmony_parser(tokenizer)
         self._request = harmony_request()
         self._in_thinking = True  # gpt-oss opens with its analysis channel
         self._calls: dict[int, list[str]] = {}  # index → [name, arguments]
+        if kept_ids:
+            self._split(self._parser.parse_delta("", list(kept_ids), self._request, finished=False))
 
     @property
     def in_thinking(self) -> bool:
         return self._in_thinking
-
-    def prime(self, kept_ids: Sequence[int]) -> None:
-        """A resumed reply: the parser reads the kept ids (their channel with them), whose text the reply
-        already has, so the model's next tokens are read in that channel."""
-        if kept_ids:
-            self._split(self._parser.parse_delta("", list(kept_ids), self._request, finished=False))
 
     def feed(self, delta_text: str, delta_token_ids: Sequence[int] = ()) -> Split:
         if not delta_token_ids:
@@ -303,13 +301,6 @@ class HarmonySplitter:
         return Split(thinking, answer)
 
 
-def prime(splitter: ReasoningSplitter, kept_ids: Sequence[int]) -> None:
-    """A resumed reply's splitter reads the kept ids first where it parses ids (Harmony's channels); a tag
-    splitter already starts inside the think block."""
-    if isinstance(splitter, HarmonySplitter):
-        splitter.prime(kept_ids)
-
-
 class RemoteReplySplitter:
     """A remote server's deltas. Once it sends reasoning in a field of its own (``reasoning_content``
     or ``reasoning``) it has split the reply itself, and its content is all answer; until then the
@@ -337,12 +328,14 @@ def reasoning_parser_name(model_name: str, model_type: str | None) -> str | None
     return model_family(model_name, model_type).parser
 
 
-def make_splitter(parser_name: str | None, tokenizer: Any, *, start: ThinkStart) -> ReasoningSplitter:
+def make_splitter(parser_name: str | None, tokenizer: Any, *, start: ThinkStart,
+                  kept_ids: Sequence[int] = ()) -> ReasoningSplitter:
     """vLLM's parser for a reply that starts thinking, when the family has one and it accepts the
     tokenizer; else our splitter. vLLM's parsers take a reply without tags for reasoning, so a reply
-    whose prompt closed the block (thinking off), or a plain one, never goes to them."""
+    whose prompt closed the block (thinking off), or a plain one, never goes to them. ``kept_ids``: a
+    resumed reply's kept tokens, which Harmony's parser reads first (a tag splitter starts inside the block)."""
     if parser_name == REASONING_PARSER:  # Harmony: channels, not tags, and always vLLM's parser on the ids
-        return HarmonySplitter(tokenizer)
+        return HarmonySplitter(tokenizer, kept_ids)
     if parser_name and start == "open":
         try:
             from vllm.reasoning import ReasoningParserManager
