@@ -69,13 +69,15 @@ def vllm_processes(before: set[int] = frozenset(), grace_s: float = 15.0) -> lis
     """Our child processes (EngineCore, workers) not in ``before`` that are still alive after ``grace_s``.
 
     ``before`` holds the children that existed when a test began (the shared session engine's).
-    multiprocessing's resource tracker lives as long as we do and is not one of them.
+    multiprocessing's resource tracker and the formula drawer (app/core/formula_worker.py) live as long as we
+    do and are not one of them.
     """
     def ours() -> list[psutil.Process]:
         found = []
         for child in psutil.Process().children(recursive=True):
             try:
-                if (child.pid not in before and "resource_tracker" not in " ".join(child.cmdline())
+                command = " ".join(child.cmdline())
+                if (child.pid not in before and "resource_tracker" not in command and "formula_worker" not in command
                         and child.status() != psutil.STATUS_ZOMBIE):
                     found.append(child)
             except psutil.NoSuchProcess:

@@ -167,31 +167,27 @@ def test_each_code_block_copies_its_own_code(qtbot) -> None:
     assert QGuiApplication.clipboard().text() == "echo one\n"
 
 
-def test_formulas_are_drawn_off_the_gui_thread_and_shown_on_it(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bug caught: drawing formulas on the GUI thread stalled the window (one of SymPy's matrices took
-    seconds), and a result handed back on the worker thread touched the document from there."""
-    import threading
-
+def test_formulas_are_drawn_in_a_child_process_and_shown_on_the_gui_thread(qtbot, monkeypatch) -> None:
+    """Bugs caught: drawing formulas on the GUI thread stalled the window (one of SymPy's matrices took seconds);
+    drawing them on a thread of the window's process held the GIL against every PySide call (stalls of seconds
+    while formulas streamed, `nalar bench ui`); a result handed back on the reader thread touched the document."""
     threads: dict[str, str] = {}
-    real_svg, real_on_drawn = answer_view.formula_svg, answer_view.AnswerDocument._on_drawn
+    real_on_drawn = answer_view.AnswerDocument._on_drawn
 
-    def svg(formula: Formula, pixels: int = answer_view.MATH_PIXELS) -> bytes | None:
-        threads["drawn on"] = threading.current_thread().name
-        return real_svg(formula, pixels)
-
-    def on_drawn(self, key: str, data: bytes | None) -> None:
+    def on_drawn(self, key: str, image: QImage | None) -> None:
         threads["shown on"] = threading.current_thread().name
-        real_on_drawn(self, key, data)
+        real_on_drawn(self, key, image)
 
-    monkeypatch.setattr(answer_view, "formula_svg", svg)
     monkeypatch.setattr(answer_view.AnswerDocument, "_on_drawn", on_drawn)
     pane = AnswerPane()
     qtbot.addWidget(pane)
     stream(pane, f"A new one: $y = \\sqrt[3]{{z + {unseen()}}}$.")
     pane.finish()
-    # A render between the drawing and its queued signal may show the drawer's copy first: wait for both.
     qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1 and "shown on" in threads, timeout=60_000)
-    assert threads["drawn on"].startswith("nalar-maths") and threads["shown on"] == threading.main_thread().name
+    worker = answer_view.formula_drawer().worker.pid
+    assert worker is not None and worker != os.getpid() and Path(f"/proc/{worker}").exists()
+    assert Path(f"/proc/{worker}/status").read_text().split("PPid:")[1].split()[0] == str(os.getpid())
+    assert threads["shown on"] == threading.main_thread().name
 
 
 def unseen() -> int:
@@ -201,15 +197,30 @@ def unseen() -> int:
 
 
 def held_drawing(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    """Formulas are drawn only once the returned event is set: the test decides when an image arrives."""
-    gate, real_svg = threading.Event(), answer_view.formula_svg
+    """Drawn formulas reach the window only once the returned event is set: the test decides when an image
+    arrives (held on the drawer's reader thread, in this process)."""
+    gate, real_answer = threading.Event(), answer_view.FormulaDrawer._on_answer
 
-    def svg(formula: Formula, pixels: int = answer_view.MATH_PIXELS) -> bytes | None:
+    def on_answer(self, key: str, svg: bytes | None, reason: str) -> None:
         gate.wait(30)
-        return real_svg(formula, pixels)
+        real_answer(self, key, svg, reason)
 
-    monkeypatch.setattr(answer_view, "formula_svg", svg)
+    monkeypatch.setattr(answer_view.FormulaDrawer, "_on_answer", on_answer)
     return gate
+
+
+def sent_to_the_drawer(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sources the window asks the drawing process for, in order."""
+    sent: list[str] = []
+    worker = answer_view.formula_drawer().worker
+    real_draw = worker.draw
+
+    def draw(key: str, source: str, display: bool, pixels: int = answer_view.MATH_PIXELS) -> None:
+        sent.append(source)
+        real_draw(key, source, display, pixels)
+
+    monkeypatch.setattr(worker, "draw", draw)
+    return sent
 
 
 PARAGRAPHS = "".join(f"Paragraph {n} says nothing of note, at some length.\n\n" for n in range(300))
@@ -225,8 +236,8 @@ def test_a_drawn_formula_renders_again_from_its_paragraph_not_the_whole_answer(q
     stream(pane, PARAGRAPHS + last + "Tail still streaming", chunk=400)
     inserted: list[int] = []
     real_insert = pane.document.insert
-    monkeypatch.setattr(pane.document, "insert", lambda cursor, markdown, streaming=False: (
-        inserted.append(len(markdown)), real_insert(cursor, markdown, streaming))[1])
+    monkeypatch.setattr(pane.document, "insert", lambda cursor, markdown, streaming=False, collected=None: (
+        inserted.append(len(markdown)), real_insert(cursor, markdown, streaming, collected))[1])
     gate.set()
     qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
     # The formula's chunk (what one refresh committed: at most one 400-character step here) and the tail.
@@ -236,35 +247,60 @@ def test_a_drawn_formula_renders_again_from_its_paragraph_not_the_whole_answer(q
     assert plain.rstrip().endswith("Tail still streaming")
 
 
-def test_an_early_formula_drawn_late_keeps_every_later_paragraph_once(qtbot, monkeypatch) -> None:
-    """Bug caught: rendering again from a middle chunk at a stale document position (text doubled or lost
-    after it), or the link numbering of the chunks after it counted twice."""
+def test_an_early_formula_drawn_late_renders_its_chunk_alone_and_keeps_every_later_paragraph_once(qtbot,
+                                                                                               monkeypatch) -> None:
+    """Bugs caught: rendering again from a formula's chunk to the end (what a formula-dense answer paid for each
+    image: seconds a refresh); a chunk rendered again at a stale document position (text doubled or lost after
+    it); the link numbering of the chunks after it counted twice."""
     gate = held_drawing(monkeypatch)
     pane = AnswerPane()
     qtbot.addWidget(pane)
-    text = "First $\\alpha$ here, see [docs](https://example.org).\n\n" + PARAGRAPHS + "End [two](https://b.org)."
+    first = "First $\\alpha$ here, see [docs](https://example.org).\n\n"
+    text = first + PARAGRAPHS + "End [two](https://b.org)."
     stream(pane, text, chunk=500)
     pane.finish()
+    inserted: list[int] = []
+    real_insert = pane.document.insert
+    monkeypatch.setattr(pane.document, "insert", lambda cursor, markdown, streaming=False, collected=None: (
+        inserted.append(len(markdown)), real_insert(cursor, markdown, streaming, collected))[1])
     gate.set()
     qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    assert 0 < sum(inserted) <= 500, inserted  # the first chunk (one 500-character step), not the 16 KB after it
     plain = pane.view.toPlainText()
     assert all(plain.count(f"Paragraph {n} says") == 1 for n in (0, 150, 299)) and "\\alpha" not in plain
     assert [link.href for link in pane.document.collected.links] == ["https://example.org", "https://b.org"]
     assert pane.text() == text
 
 
+def test_a_refresh_renders_again_at_most_a_few_chunks_and_the_rest_follow(qtbot, monkeypatch) -> None:
+    """Bug caught: every chunk whose formula was drawn rendered again in one refresh (a formula-dense answer
+    whose drawings arrive together froze the window for the sum of them)."""
+    gate = held_drawing(monkeypatch)
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    tag = unseen()
+    text = "".join(f"Part {n}: $x_{{{n}}} = {tag}$.\n\n" + PARAGRAPHS[:400] for n in range(8))
+    stream(pane, text, chunk=450)
+    pane.finish()
+    per_refresh: list[int] = []
+    real_insert, real_render = pane.document.insert, pane.render_markdown
+    monkeypatch.setattr(pane.document, "insert", lambda cursor, markdown, streaming=False, collected=None: (
+        per_refresh.__setitem__(-1, per_refresh[-1] + (collected is not None)),  # a chunk, not the tail
+        real_insert(cursor, markdown, streaming, collected))[1])
+    monkeypatch.setattr(pane, "render_markdown", lambda: (per_refresh.append(0), real_render())[1])
+    pane._render_timer.timeout.disconnect()
+    pane._render_timer.timeout.connect(pane.render_markdown)
+    gate.set()
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 8 and not pane._redraw, timeout=60_000)
+    assert max(per_refresh) == answer_view.REDRAWN_CHUNKS and sum(per_refresh) >= 6, per_refresh
+    assert all(pane.view.toPlainText().count(f"Part {n}:") == 1 for n in range(8))
+
+
 def test_a_formula_is_drawn_once_for_the_answer_and_the_thread(qtbot, monkeypatch) -> None:
     """Bugs caught: each document drew its formulas anew, so a finished maths answer, appended to the thread,
     queued every formula a second time behind the ones still streaming; and a formula drawn already came back
     as a queued signal that rendered the document again, once per formula."""
-    calls: list[str] = []
-    real_svg = answer_view.formula_svg
-
-    def svg(formula: Formula, pixels: int = answer_view.MATH_PIXELS) -> bytes | None:
-        calls.append(formula.source)
-        return real_svg(formula, pixels)
-
-    monkeypatch.setattr(answer_view, "formula_svg", svg)
+    calls = sent_to_the_drawer(monkeypatch)
     first, second = AnswerPane(), AnswerPane()
     qtbot.addWidget(first)
     qtbot.addWidget(second)

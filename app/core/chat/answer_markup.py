@@ -12,6 +12,7 @@ import hashlib
 import html
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -34,7 +35,7 @@ class Formula:
     source: str  # the LaTeX between the delimiters
     display: bool  # $$…$$ or \[…\] (a block), else $…$ or \(…\) (inline)
 
-    @property
+    @cached_property  # asked for at every render of every document that shows the formula
     def key(self) -> str:
         """Names the formula's image: the same formula is drawn once per document, a changed one anew."""
         return hashlib.sha1(f"{self.display}:{self.source}".encode()).hexdigest()[:16]
@@ -56,6 +57,10 @@ class Collected:
 
     def marks(self) -> tuple[int, int, int]:
         return len(self.formulas), len(self.links), len(self.code_blocks)
+
+    def upto(self, marks: tuple[int, int, int]) -> Collected:
+        """A copy of what was collected before ``marks`` (a committed chunk rendered again in its place)."""
+        return Collected(self.formulas[:marks[0]], self.links[:marks[1]], self.code_blocks[:marks[2]])
 
     def truncate(self, marks: tuple[int, int, int]) -> None:
         """Forget what was collected after ``marks`` (a streaming tail rendered again)."""

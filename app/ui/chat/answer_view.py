@@ -16,7 +16,6 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from PySide6.QtCore import QByteArray, QObject, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
@@ -41,6 +40,7 @@ from app.core.chat.answer_markup import (
     Link,
     answer_html,
 )
+from app.core.formula_worker import MATH_PIXELS, FormulaWorker
 from app.ui.chat.panes import text_source
 
 log = logging.getLogger(__name__)
@@ -48,21 +48,11 @@ MARKDOWN_REFRESH_MS = 100
 # Past this, the answer's streaming tail is committed at a line break so re-renders stay short.
 MAX_MARKDOWN_TAIL = 4000
 OPENABLE_SCHEMES = ("http", "https")
-MATH_PIXELS = 17  # the formula's font size, near the pane's text
-DRAWN_KEPT = 2048  # formulas whose SVG the drawer keeps (a few KB each)
+# Formulas whose image the drawer keeps for every document (about 10 KB each): more than a formula-dense reply
+# holds, so the thread shows a finished one without drawing it again.
+DRAWN_KEPT = 4096
+REDRAWN_CHUNKS = 1  # committed chunks rendered again per refresh for their drawn formulas; the rest wait
 _IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
-
-
-def formula_svg(formula: Formula, pixels: int = MATH_PIXELS) -> bytes | None:
-    """The formula as SVG, or None where ziamath can't parse it. Pure Python: runs off the GUI thread."""
-    import ziamath  # a second's import: only once the first formula shows up
-
-    ziamath.config.svg2 = False  # QtSvg draws SVG Tiny: plain paths, not <symbol> and <use href>
-    try:
-        return ziamath.Latex(formula.source, size=pixels + (3 if formula.display else 0)).svg().encode()
-    except Exception as exc:  # noqa: BLE001 - ziamath raises many kinds on input it doesn't cover
-        log.info("formula shown as source (%s: %s): %.80s", type(exc).__name__, exc, formula.source)
-        return None
 
 
 def svg_image(svg: bytes) -> QImage | None:
@@ -79,44 +69,49 @@ def svg_image(svg: bytes) -> QImage | None:
 
 
 class FormulaDrawer(QObject):
-    """Draws formulas on one worker thread, so a slow one (seconds, for a large matrix) never stalls the
-    window; ``drawn`` brings each result back to the GUI thread."""
+    """Formulas drawn by ziamath in a child process (``FormulaWorker``: a slow one, seconds for a large matrix,
+    never stalls the window, nor does its pure-Python layout hold the window's GIL), then by QtSvg on the GUI
+    thread; ``drawn`` brings each image, or None (shown as its source)."""
 
-    drawn = Signal(str, object)  # formula key, SVG bytes or None
+    drawn = Signal(str, object)  # formula key, its QImage or None
+    _arrived = Signal(str, object)  # from the worker's reader thread: formula key, SVG bytes or None
 
     def __init__(self) -> None:
         super().__init__()
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nalar-maths")
-        # At exit, formulas not yet drawn are dropped, not drawn for a window that is gone.
-        atexit.register(self._worker.shutdown, wait=False, cancel_futures=True)
-        # One drawing per formula for every document: the thread redrew each one the answer pane had just drawn,
-        # and the queue of a formula-dense reply doubled, keeping the worker busy (and the GIL) long after it.
-        self._drawn: OrderedDict[str, bytes | None] = OrderedDict()  # the newest DRAWN_KEPT results
+        self.worker = FormulaWorker(self._on_answer)
+        atexit.register(self.worker.close)  # formulas not yet drawn are dropped with the window
+        # One drawing per formula for every document: the thread redrew each one the answer pane had just drawn.
+        self._drawn: OrderedDict[str, QImage | None] = OrderedDict()  # the newest DRAWN_KEPT results
         self._pending: set[str] = set()
+        self._arrived.connect(self._on_arrived, Qt.ConnectionType.QueuedConnection)
 
-    def drawn_before(self, key: str) -> tuple[bool, bytes | None]:
-        """Whether ``key`` was drawn already, and its SVG (None: ziamath can't draw it)."""
+    def drawn_before(self, key: str) -> tuple[bool, QImage | None]:
+        """Whether ``key`` was drawn already, and its image (None: ziamath can't draw it)."""
         return key in self._drawn, self._drawn.get(key)
 
     def request(self, formula: Formula) -> None:
-        """``drawn`` follows for ``formula``: at once (queued) when it was drawn already, else once drawn."""
+        """``drawn`` follows for ``formula``: at once when it was drawn already, else once drawn."""
         key = formula.key
         if key in self._drawn:
             self.drawn.emit(key, self._drawn.get(key))
         elif key not in self._pending:
             self._pending.add(key)
-            self._worker.submit(self._draw, formula)
+            self.worker.draw(key, formula.source, formula.display, MATH_PIXELS)
 
-    def _draw(self, formula: Formula) -> None:
-        svg = formula_svg(formula)
-        self._drawn[formula.key] = svg  # before the pending mark goes, so a request meanwhile finds one of them
-        self._pending.discard(formula.key)
-        while len(self._drawn) > DRAWN_KEPT:
-            self._drawn.popitem(last=False)
+    def _on_answer(self, key: str, svg: bytes | None, reason: str) -> None:  # on the worker's reader thread
+        if svg is None:
+            log.info("formula shown as its source (%s): %s", reason, key)
         try:
-            self.drawn.emit(formula.key, svg)
+            self._arrived.emit(key, svg)
         except RuntimeError:  # the drawer was deleted with the application
             log.debug("formula drawn after the window closed: dropped")
+
+    def _on_arrived(self, key: str, svg: bytes | None) -> None:
+        self._drawn[key] = image = svg_image(svg) if svg else None
+        self._pending.discard(key)
+        while len(self._drawn) > DRAWN_KEPT:
+            self._drawn.popitem(last=False)
+        self.drawn.emit(key, image)
 
 
 _DRAWER: FormulaDrawer | None = None
@@ -167,30 +162,32 @@ class AnswerDocument:
     def clear(self) -> None:
         self.collected = Collected()
 
-    def html(self, markdown: str, streaming: bool = False) -> str:
-        """``markdown`` as HTML for this view; the images of its drawn formulas are added to the document."""
-        first = len(self.collected.formulas)
-        rendered = answer_html(markdown, self.collected, streaming)
+    def html(self, markdown: str, streaming: bool = False, collected: Collected | None = None) -> str:
+        """``markdown`` as HTML for this view; the images of its drawn formulas are added to the document.
+        What it numbers goes to ``collected`` (default: the document's own)."""
+        collected = self.collected if collected is None else collected
+        first = len(collected.formulas)
+        rendered = answer_html(markdown, collected, streaming)
         document = self.view.document()
-        for formula in self.collected.formulas[first:]:
-            drawn, svg = (False, None) if formula.key in self._images else formula_drawer().drawn_before(formula.key)
-            if drawn:  # drawn for another document: shown now, not after a round trip and a render more
-                self._images[formula.key] = svg_image(svg) if svg else None
-            image = self._images.get(formula.key)
-            if image is not None:
-                document.addResource(QTextDocument.ResourceType.ImageResource,
-                                     QUrl(f"{MATH_SCHEME}:{formula.key}"), image)
-            elif formula.key not in self._images and formula.key not in self._waiting:
-                self._waiting.add(formula.key)
+        for formula in collected.formulas[first:]:
+            key = formula.key
+            if key not in self._images:
+                drawn, image = formula_drawer().drawn_before(key)
+                if drawn:  # drawn for another document: shown now, not after a round trip and a render more
+                    self._images[key] = image
+            if (image := self._images.get(key)) is not None:
+                document.addResource(QTextDocument.ResourceType.ImageResource, QUrl(f"{MATH_SCHEME}:{key}"), image)
+            elif key not in self._images and key not in self._waiting:
+                self._waiting.add(key)
                 formula_drawer().request(formula)
         return _IMAGE.sub(lambda m: m.group(0) if self._images.get(m.group(1)) is not None else
                           f'<code style="color: #57606a">{m.group(2)}</code>', rendered)
 
-    def _on_drawn(self, key: str, svg: bytes | None) -> None:
+    def _on_drawn(self, key: str, image: QImage | None) -> None:
         if key in self._waiting:
             self._waiting.discard(key)
-            self._images[key] = svg_image(svg) if svg else None
-            if self._images[key] is not None:
+            self._images[key] = image
+            if image is not None:
                 self.redraw(key)
 
     @property
@@ -198,8 +195,9 @@ class AnswerDocument:
         """Formulas of this document still being drawn."""
         return bool(self._waiting)
 
-    def insert(self, cursor: QTextCursor, markdown: str, streaming: bool = False) -> None:
-        html = self.html(markdown, streaming)
+    def insert(self, cursor: QTextCursor, markdown: str, streaming: bool = False,
+               collected: Collected | None = None) -> None:
+        html = self.html(markdown, streaming, collected)
         if html.startswith('<p align="center">'):  # insertHtml's first paragraph takes the cursor's block format
             centred = cursor.blockFormat()
             centred.setAlignment(Qt.AlignmentFlag.AlignHCenter)
@@ -241,8 +239,9 @@ def _message(parent: QTextBrowser, icon: QMessageBox.Icon, title: str, text: str
 class AnswerPane(QFrame):
     """The answer, rendered as Markdown with its maths and code (answer_view) at a bounded refresh rate.
 
-    Finished paragraphs are rendered once and kept; only the paragraph still streaming is
-    re-rendered, so the cost of a refresh does not grow with the length of the answer.
+    Finished paragraphs are committed in chunks of about MAX_MARKDOWN_TAIL characters, rendered once and kept;
+    only the text still streaming is rendered again, so the cost of a refresh does not grow with the answer. A
+    drawn formula renders again only its own chunk, REDRAWN_CHUNKS a refresh.
     """
 
     def __init__(self, parent: QWidget | None = None, source: Callable[[], str] | None = None) -> None:
@@ -254,34 +253,35 @@ class AnswerPane(QFrame):
         self.view.setObjectName("AnswerText")
         self.view.setPlaceholderText("The answer streams here.")
         self.document = AnswerDocument(self.view, self._redraw_formula)  # links open only through its checks
-        self._streaming = True  # the text may stop inside a formula
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addWidget(self.header)
         layout.addWidget(self.view, 1)
         self._source, self._own = text_source(source)
-        self._committed = 0  # characters of the text rendered for good
-        self._tail_start = 0  # document position where the re-rendered tail begins
-        self._dirty = False
-        self._marks = self.document.collected.marks()  # what the committed text numbered
-        # Each committed chunk's start: (text offset, document position, marks before it). A drawn formula
-        # re-renders from its chunk on, not from the top: the whole answer again per formula grew with the answer.
-        self._chunks: list[tuple[int, int, tuple[int, int, int]]] = []
-        self._redraw_from: int | None = None  # index of the first chunk to render again
         self._render_timer = QTimer(self)
         self._render_timer.setInterval(MARKDOWN_REFRESH_MS)
         self._render_timer.timeout.connect(self.render_markdown)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._streaming = True  # the text may stop inside a formula
+        self._committed = 0  # characters of the text rendered for good
+        self._tail_start = 0  # document position where the re-rendered tail begins
+        self._dirty = False  # the tail needs rendering again
+        self.view.clear()
+        self.document.clear()
+        self._marks = self.document.collected.marks()  # what the committed text numbered
+        # Each committed chunk's start: (text offset, document position, marks before it). A drawn formula
+        # renders again its chunk alone: from its chunk to the end, as before, re-parsed the rest of a formula-
+        # dense answer for each image (seconds a refresh, `nalar bench ui`).
+        self._chunks: list[tuple[int, int, tuple[int, int, int]]] = []
+        self._chunks_of: dict[str, list[int]] = {}  # formula key → the chunks that hold it
+        self._redraw: set[int] = set()  # chunks whose formulas were drawn since they were rendered
 
     def clear(self) -> None:
         if self._own is not None:
             self._own.keep(0)
-        self._committed = self._tail_start = 0
-        self._chunks, self._redraw_from = [], None
-        self._dirty = False
-        self._streaming = True
-        self.view.clear()
-        self.document.clear()
-        self._marks = self.document.collected.marks()
+        self._reset()
 
     def append(self, text: str) -> None:
         if self._own is not None:
@@ -294,11 +294,7 @@ class AnswerPane(QFrame):
         """Show only the first ``chars`` of the answer (the loop guard cut the rest; a model already has)."""
         if self._own is not None:
             self._own.keep(chars)
-        self._committed = self._tail_start = 0
-        self._chunks, self._redraw_from = [], None
-        self.view.clear()
-        self.document.clear()
-        self._marks = self.document.collected.marks()
+        self._reset()
         self._dirty = True
         self.render_markdown()
 
@@ -307,11 +303,13 @@ class AnswerPane(QFrame):
 
     @staticmethod
     def _stable_end(text: str, start: int) -> int:
-        """End of the last finished block after ``start``: a blank line outside a code fence."""
+        """End of the finished blocks after ``start`` (a blank line outside a code fence), taken up to about
+        MAX_MARKDOWN_TAIL characters: a longer finished text is committed in several chunks."""
         fence_open = False
-        stable = start
-        position = start
-        for line in text[start:].splitlines(keepends=True):
+        stable = position = start
+        while position < len(text) and stable - start < MAX_MARKDOWN_TAIL:
+            end = text.find("\n", position)
+            line = text[position:] if end == -1 else text[position:end + 1]
             position += len(line)
             if line.lstrip().startswith("```"):
                 fence_open = not fence_open
@@ -322,15 +320,12 @@ class AnswerPane(QFrame):
         return stable
 
     def _redraw_formula(self, key: str) -> None:
-        """A formula's image arrived: render again from the first committed chunk that holds it (the tail is
-        rendered anyway), at the next refresh."""
-        formulas = self.document.collected.formulas
-        for index, (_, _, marks) in enumerate(self._chunks):
-            end = self._chunks[index + 1][2][0] if index + 1 < len(self._chunks) else self._marks[0]
-            if any(f.key == key for f in formulas[marks[0]:end]):
-                self._redraw_from = index if self._redraw_from is None else min(self._redraw_from, index)
-                break
-        self._dirty = True
+        """A formula's image arrived: its chunks render again (a formula in the tail shows with the tail)."""
+        chunks = self._chunks_of.get(key)
+        if chunks:
+            self._redraw.update(chunks)
+        else:
+            self._dirty = True
         if not self._render_timer.isActive():
             self._render_timer.start()
 
@@ -340,40 +335,59 @@ class AnswerPane(QFrame):
         self._dirty = True
         self.render_markdown()
 
-    def _insert_block(self, cursor: QTextCursor, markdown: str, streaming: bool) -> None:
+    def _insert_block(self, cursor: QTextCursor, markdown: str, streaming: bool,
+                      collected: Collected | None = None) -> None:
         """Markdown in a fresh block: a fragment's first block would merge into the one before."""
         if cursor.position() > 0:
             cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
             if cursor.currentList() is not None:
                 cursor.currentList().remove(cursor.block())
-        self.document.insert(cursor, markdown, streaming)
-        cursor.movePosition(QTextCursor.MoveOperation.End)
+        self.document.insert(cursor, markdown, streaming, collected)
+
+    def _render_chunk_again(self, index: int, text: str) -> None:
+        """Chunk ``index`` rendered again in its place (its formulas were drawn); the chunks after it move."""
+        offset, position, marks = self._chunks[index]
+        end_offset, end_position = (self._chunks[index + 1][:2] if index + 1 < len(self._chunks)
+                                    else (self._committed, self._tail_start))
+        cursor = QTextCursor(self.view.document())
+        cursor.setPosition(position)
+        cursor.setPosition(end_position, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        # Its numbers as when it was committed; the chunks after it keep theirs.
+        self._insert_block(cursor, text[offset:end_offset], False, self.document.collected.upto(marks))
+        shift = cursor.position() - end_position
+        self._chunks[index + 1:] = [(o, p + shift, m) for o, p, m in self._chunks[index + 1:]]
+        self._tail_start += shift
 
     def render_markdown(self) -> None:
-        if not self._dirty:
+        if not self._dirty and not self._redraw:
             self._render_timer.stop()
             return
-        self._dirty = False
         text = self.text()
-        if self._redraw_from is not None:  # a formula was drawn: its chunk on shows its source
-            self._committed, self._tail_start, self._marks = self._chunks[self._redraw_from]
-            del self._chunks[self._redraw_from:]
-            self._redraw_from = None
         bar = self.view.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
+        for index in sorted(self._redraw)[:REDRAWN_CHUNKS]:
+            self._render_chunk_again(index, text)
+            self._redraw.discard(index)
+        if self._dirty:
+            self._dirty = False
+            self._render_tail(text)
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def _render_tail(self, text: str) -> None:
         cursor = QTextCursor(self.view.document())
         cursor.setPosition(self._tail_start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
         self.document.collected.truncate(self._marks)  # the tail numbers its links and code anew
-        stable = self._stable_end(text, self._committed)
-        if stable > self._committed:
+        while (stable := self._stable_end(text, self._committed)) > self._committed:
             self._chunks.append((self._committed, self._tail_start, self._marks))
             self._insert_block(cursor, text[self._committed:stable], streaming=False)
+            for formula in self.document.collected.formulas[self._marks[0]:]:
+                self._chunks_of.setdefault(formula.key, []).append(len(self._chunks) - 1)
             self._committed = stable
             self._tail_start = cursor.position()
             self._marks = self.document.collected.marks()
         if text[self._committed:]:
             self._insert_block(cursor, text[self._committed:], streaming=self._streaming)
-        if at_bottom:
-            bar.setValue(bar.maximum())
