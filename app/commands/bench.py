@@ -214,7 +214,7 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0, maths: bool = Fa
     _wait(loop, lambda: bool(finished), seconds * 4 + 30)
     elapsed = time.perf_counter() - started
     # Formulas drawn after the stream still reach the window: the stall counts until the last is in place.
-    _wait(loop, lambda: not window.chat_view.answer_pane.document.drawing, 300)
+    _wait(loop, lambda: not window.chat_view.answer_pane.drawing, 300)
     drawn_after = time.perf_counter() - started - elapsed
     stall = meter.stop()
     # The reasoning splitter drops the whitespace just before </think>.

@@ -56,7 +56,7 @@ def test_a_streamed_maths_answer_renders_formulas_code_and_a_table(qtbot, tmp_pa
     stream(pane, ANSWER)
     pane.finish()
     document = pane.view.document()
-    qtbot.waitUntil(lambda: not pane.document.drawing and len(images_in(document)) == 6, timeout=60_000)
+    qtbot.waitUntil(lambda: not pane.drawing and len(images_in(document)) == 6, timeout=60_000)
     sources = [r"u = x", r"dv = e^x\,dx", r"\det A = -2", r"\boxed{1}"]
     names = images_in(document)  # four inline formulas, two displayed
     for name in names:
@@ -96,7 +96,7 @@ def test_a_formula_ziamath_cannot_draw_shows_its_source(qtbot) -> None:
     qtbot.addWidget(pane)
     stream(pane, "Bad: $\\frac{1}{$ and good: $x^2$.")  # an unbalanced group: ziamath raises
     pane.finish()
-    qtbot.waitUntil(lambda: not pane.document.drawing, timeout=60_000)
+    qtbot.waitUntil(lambda: not pane.drawing, timeout=60_000)
     pane.render_markdown()
     assert "\\frac{1}{" in pane.view.toPlainText() and len(images_in(pane.view.document())) == 1
 
@@ -291,7 +291,7 @@ def test_a_refresh_renders_again_at_most_a_few_chunks_and_the_rest_follow(qtbot,
     pane._render_timer.timeout.disconnect()
     pane._render_timer.timeout.connect(pane.render_markdown)
     gate.set()
-    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 8 and not pane._redraw, timeout=60_000)
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 8 and not pane.drawing, timeout=60_000)
     assert max(per_refresh) == answer_view.REDRAWN_CHUNKS and sum(per_refresh) >= 6, per_refresh
     assert all(pane.view.toPlainText().count(f"Part {n}:") == 1 for n in range(8))
 

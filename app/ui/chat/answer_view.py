@@ -48,8 +48,8 @@ MARKDOWN_REFRESH_MS = 100
 # Past this, the answer's streaming tail is committed at a line break so re-renders stay short.
 MAX_MARKDOWN_TAIL = 4000
 OPENABLE_SCHEMES = ("http", "https")
-# Formulas whose image the drawer keeps for every document (about 10 KB each): more than a formula-dense reply
-# holds, so the thread shows a finished one without drawing it again.
+# Formulas whose image the drawer keeps for every document: more than a formula-dense reply holds (the bench's
+# has ~2,500), so the thread shows a finished one without drawing any again.
 DRAWN_KEPT = 4096
 REDRAWN_CHUNKS = 1  # committed chunks rendered again per refresh for their drawn formulas; the rest wait
 _IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
@@ -294,12 +294,19 @@ class AnswerPane(QFrame):
         """Show only the first ``chars`` of the answer (the loop guard cut the rest; a model already has)."""
         if self._own is not None:
             self._own.keep(chars)
+        streaming = self._streaming
         self._reset()
+        self._streaming = streaming
         self._dirty = True
         self.render_markdown()
 
     def text(self) -> str:
         return self._source()
+
+    @property
+    def drawing(self) -> bool:
+        """Formulas still being drawn, or drawn and not yet in their place."""
+        return self.document.drawing or bool(self._redraw)
 
     @staticmethod
     def _stable_end(text: str, start: int) -> int:
