@@ -51,7 +51,9 @@ OPENABLE_SCHEMES = ("http", "https")
 # Formulas whose image the drawer keeps for every document: more than a formula-dense reply holds (the bench's
 # has ~2,500), so the thread shows a finished one without drawing any again.
 DRAWN_KEPT = 4096
-REDRAWN_CHUNKS = 1  # committed chunks rendered again per refresh for their drawn formulas; the rest wait
+# Characters one refresh renders: the new text first, then the chunks whose formulas were drawn, while this
+# leaves room (at least one when nothing else renders); the rest wait for the next refresh.
+RENDER_BUDGET = 6000
 _IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
 
 
@@ -241,7 +243,7 @@ class AnswerPane(QFrame):
 
     Finished paragraphs are committed in chunks of about MAX_MARKDOWN_TAIL characters, rendered once and kept;
     only the text still streaming is rendered again, so the cost of a refresh does not grow with the answer. A
-    drawn formula renders again only its own chunk, REDRAWN_CHUNKS a refresh.
+    drawn formula renders again only its own chunk, within a refresh's RENDER_BUDGET.
     """
 
     def __init__(self, parent: QWidget | None = None, source: Callable[[], str] | None = None) -> None:
@@ -351,11 +353,16 @@ class AnswerPane(QFrame):
                 cursor.currentList().remove(cursor.block())
         self.document.insert(cursor, markdown, streaming, collected)
 
+    def _chunk_end(self, index: int) -> tuple[int, int]:
+        """Where chunk ``index`` ends: (text offset, document position)."""
+        if index + 1 < len(self._chunks):
+            return self._chunks[index + 1][0], self._chunks[index + 1][1]
+        return self._committed, self._tail_start
+
     def _render_chunk_again(self, index: int, text: str) -> None:
         """Chunk ``index`` rendered again in its place (its formulas were drawn); the chunks after it move."""
         offset, position, marks = self._chunks[index]
-        end_offset, end_position = (self._chunks[index + 1][:2] if index + 1 < len(self._chunks)
-                                    else (self._committed, self._tail_start))
+        end_offset, end_position = self._chunk_end(index)
         cursor = QTextCursor(self.view.document())
         cursor.setPosition(position)
         cursor.setPosition(end_position, QTextCursor.MoveMode.KeepAnchor)
@@ -373,16 +380,23 @@ class AnswerPane(QFrame):
         text = self.text()
         bar = self.view.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
-        for index in sorted(self._redraw)[:REDRAWN_CHUNKS]:
-            self._render_chunk_again(index, text)
-            self._redraw.discard(index)
+        spent = 0
         if self._dirty:
             self._dirty = False
-            self._render_tail(text)
+            spent = self._render_tail(text)
+        for index in sorted(self._redraw):
+            size = self._chunk_end(index)[0] - self._chunks[index][0]
+            if spent and spent + size > RENDER_BUDGET:
+                break
+            self._render_chunk_again(index, text)
+            self._redraw.discard(index)
+            spent += size
         if at_bottom:
             bar.setValue(bar.maximum())
 
-    def _render_tail(self, text: str) -> None:
+    def _render_tail(self, text: str) -> int:
+        """The text after the committed chunks rendered again, its finished blocks committed; its length."""
+        start = self._committed
         cursor = QTextCursor(self.view.document())
         cursor.setPosition(self._tail_start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
@@ -398,3 +412,4 @@ class AnswerPane(QFrame):
             self._marks = self.document.collected.marks()
         if text[self._committed:]:
             self._insert_block(cursor, text[self._committed:], streaming=self._streaming)
+        return len(text) - start
