@@ -66,15 +66,15 @@ _UNKNOWN_COMMAND = re.compile(r">\\[A-Za-z]+<")  # MathML text that is still a T
 def measure(corpus: list[str], corpus_name: str) -> MathsCoverage:
     """Drawn means: ziamath made the SVG, and no TeX command was left over as text in its MathML."""
     import latex2mathml.converter
-    import ziamath
 
-    ziamath.config.svg2 = False  # as the pane draws them
+    from app.core.formula_worker import formula_svg  # the pane's own drawing
+
     times, failures, drawn = [], [], 0
     for latex in corpus:
         started = time.perf_counter()
         try:
-            ziamath.Latex(latex, size=17).svg()
-            understood = not _UNKNOWN_COMMAND.search(latex2mathml.converter.convert(latex))
+            svg, _ = formula_svg(latex, display=False)
+            understood = svg is not None and not _UNKNOWN_COMMAND.search(latex2mathml.converter.convert(latex))
         except Exception:  # noqa: BLE001 - any refusal counts as not covered
             understood = False
         times.append((time.perf_counter() - started) * 1000)
