@@ -51,6 +51,44 @@ def test_a_reply_cut_off_by_a_crash_is_kept_and_marked_interrupted() -> None:
     assert HistoryStore().interrupted == 0, "marked once"
 
 
+def test_a_partial_save_never_waits_for_the_file_and_never_lands_after_the_reply_ends() -> None:
+    """Another connection holds the write lock (as a long FTS5 re-index of a 400 KB reply would). Bugs caught:
+    the partial save written on the calling (GUI) thread, which then waits for the lock (10 s here, then an
+    error); a read just after the save not seeing it; the queued partial landing after the reply's end and
+    putting back the half answer."""
+    store = HistoryStore()
+    _, turn = conversation_with_turn(store)
+    with sqlite3.connect(store.path, isolation_level=None) as other:
+        other.execute("BEGIN IMMEDIATE")
+        store.save_partial(turn, "thinking so far", "half an ans")  # returns while the file is locked
+        other.execute("COMMIT")
+    assert store.message_row(turn.message_id)["answer_text"] == "half an ans"
+    with sqlite3.connect(store.path, isolation_level=None) as other:
+        other.execute("BEGIN IMMEDIATE")
+        store.save_partial(turn, "thinking", "half an answer")
+        other.execute("COMMIT")
+    turn.thinking, turn.answer, turn.finish_reason = "thinking", "the whole answer", "stop"
+    store.finish_turn(turn)
+    store.close()
+    [loaded] = HistoryStore().conversations()
+    assert loaded.turns[0].answer == "the whole answer" and loaded.turns[0].finish_reason == "stop"
+
+
+def test_a_partial_save_that_fails_is_logged_and_the_next_one_is_written(caplog) -> None:
+    """Bugs caught: a background save's error raised into the next, unrelated call (a search, the reply's end);
+    the writer thread dead after one failure, so nothing more is saved while the reply streams."""
+    store = HistoryStore(busy_timeout_s=0.05)
+    _, turn = conversation_with_turn(store)
+    with sqlite3.connect(store.path, isolation_level=None) as other:
+        other.execute("BEGIN IMMEDIATE")
+        store.save_partial(turn, "", "lost")
+        store.flush()  # the save gave up on the lock
+        other.execute("COMMIT")
+    assert "partial save" in caplog.text and "locked" in caplog.text
+    store.save_partial(turn, "", "kept")
+    assert store.message_row(turn.message_id)["answer_text"] == "kept" and store.search("kept")
+
+
 def test_replies_left_streaming_are_found_through_their_index_not_by_reading_every_row() -> None:
     """Bugs caught: start-up reading all 200,000 turns (0.15-0.25 s) to find the replies a dead Nalar left
     streaming; a reply reset to go on (Continue anyway) missing from that index; a schema 9 file without it."""

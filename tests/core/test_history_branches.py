@@ -185,6 +185,7 @@ store.start_turn(conversation, turn)
 for n in range(100000):  # as ChatSession.save_partial does every second while a reply streams
     store.save_partial(turn, "thinking " * (n + 1), "answer " * n)
     if n == 3:
+        store.flush()  # written on the store's own thread: in the file before the kill
         print(turn.message_id, flush=True)
     time.sleep(0.01)  # ok-sleep: a pace for the writer, not a wait for a condition
 """

@@ -174,6 +174,7 @@ def _index_bytes_per_token(store: HistoryStore, conversation: Conversation, turn
         before = _written()
         for end in range(PARTIAL_SAVE_TOKENS, len(tokens) + 1, PARTIAL_SAVE_TOKENS):
             store.save_partial(turn, "", "".join(tokens[:end]))
+        store.flush()  # the saves are written on the store's own thread
         return _written() - before
 
     with_index = stream()

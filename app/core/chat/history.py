@@ -15,6 +15,7 @@ import json
 import logging
 import sqlite3
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,46 @@ def history_path() -> Path:
     return paths.data_dir() / HISTORY_FILE
 
 
+class _PartialWriter:
+    """Partial saves, on a connection and a thread of their own. Each makes FTS5 index the whole growing reply
+    again (25 ms for a 400 KB answer): on the GUI thread that stalled a fast stream once a second."""
+
+    def __init__(self, path: Path, busy_timeout_s: float) -> None:
+        self._path, self._busy_timeout_s = path, busy_timeout_s
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="nalar-history")
+        self._db: sqlite3.Connection | None = None  # opened and used on the pool's one thread only
+        self._last: Future[None] | None = None
+
+    def save(self, message_id: int, thinking: str, answer: str) -> None:
+        self._last = self._pool.submit(self._write, message_id, thinking, answer)
+
+    def flush(self) -> None:
+        """Wait for the saves queued, so what comes next (a read, the reply's end) comes after them."""
+        if self._last is not None:
+            self._last.result()
+
+    def close(self) -> None:
+        self._pool.submit(self._close)
+        self._pool.shutdown(wait=True)
+
+    def _close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+
+    def _write(self, message_id: int, thinking: str, answer: str) -> None:
+        try:
+            if self._db is None:
+                self._db = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_timeout_s)
+                self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("UPDATE messages SET thinking_text = ?, answer_text = ?, updated_at = ? WHERE id = ?",
+                             (thinking, answer, time.time(), message_id))
+        except sqlite3.Error as exc:  # the next save, or the reply's end, writes the text again
+            log.warning("a partial save of message %s failed: %s", message_id, exc)
+
+
 class HistoryStore:
-    """One SQLite file. Used from the GUI thread; each call is one short transaction."""
+    """One SQLite file. Used from the GUI thread; each call is one short transaction. Partial saves are written
+    on a thread of their own (``_PartialWriter``); every other call waits for those queued before it."""
 
     def __init__(self, path: Path | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S,
                  owner: bool = True) -> None:
@@ -62,23 +101,32 @@ class HistoryStore:
         paths.private_dir(self.path.parent)
         self.busy_timeout_s = busy_timeout_s
         self.notice: str | None = None
+        self._partials: _PartialWriter | None = None  # started by the first partial save
         try:
-            self._db = self._open()
+            self._connection = self._open()
         except sqlite3.DatabaseError as exc:
             if not is_corrupt(exc):
                 log.warning("history database %s can't be opened (%s); left as it is", self.path, exc)
                 raise DataUnavailable(f"Your conversation history ({self.path}) can't be opened: {exc}.",
                                       "Another program (perhaps another Nalar) may be using it: close it and "
                                       "start Nalar again. Nothing was changed.") from exc
-            backup = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
-            for suffix in ("", "-wal", "-shm"):
-                part = Path(str(self.path) + suffix)
-                if part.exists():
-                    part.replace(Path(str(backup) + suffix))
+            backup = _move_aside(self.path)
             log.warning("history database %s was unreadable (%s); moved to %s", self.path, exc, backup)
             self.notice = (f"Your conversation history could not be read ({exc}). It was moved to {backup} "
                            "and a fresh history was started.")
-            self._db = self._open()
+            self._connection = self._open()
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The GUI thread's connection, once the partial saves queued are written: a read then sees them, and
+        they can't land after a later write (the reply's end) and undo it."""
+        self.flush()
+        return self._connection
+
+    def flush(self) -> None:
+        """Wait until the partial saves queued are in the file."""
+        if self._partials is not None:
+            self._partials.flush()
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout_s)  # autocommit
@@ -106,7 +154,9 @@ class HistoryStore:
         return db
 
     def close(self) -> None:
-        self._db.close()
+        if self._partials is not None:
+            self._partials.close()
+        self._connection.close()
 
     # ---- conversations -------------------------------------------------------------------------
 
@@ -170,18 +220,7 @@ class HistoryStore:
             for conversation in conversations:
                 _upsert(self._db, conversation, now)
                 for turn in conversation.tree:
-                    turn.message_id = self._db.execute(
-                        "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, "
-                        "answer_text, model, kv_cache_dtype, thinking_tokens, answer_tokens, ttft_s, tok_s, "
-                        "finish_reason, backend, loop_guard, tool_rounds, keep_thinking, thinking_edits, created_at, "
-                        "updated_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (conversation.id, turn.parent.message_id if turn.parent else None, _depth(turn), turn.user,
-                         turn.thinking, turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens,
-                         turn.answer_tokens, turn.ttft_s, turn.answer_tok_s, turn.finish_reason or "stop",
-                         turn.backend, turn.loop_guard, _rounds_json(turn), int(turn.keep_thinking), _edits_json(turn),
-                         now, now)).lastrowid
-                    _save_images(self._db, turn)
+                    _insert_whole(self._db, conversation, turn, now)
                 leaf = conversation.leaf
                 self._db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?",
                                  (leaf.message_id if leaf else None, conversation.id))
@@ -213,11 +252,10 @@ class HistoryStore:
         return int(turn.message_id)  # type: ignore[arg-type]
 
     def save_partial(self, turn: Turn, thinking: str, answer: str) -> None:
-        if turn.message_id is None:
-            return
-        with self._db:
-            self._db.execute("UPDATE messages SET thinking_text = ?, answer_text = ?, updated_at = ? WHERE id = ?",
-                             (thinking, answer, time.time(), turn.message_id))
+        """Queued, not written before it returns (``flush`` waits for it): a crash loses at most this one."""
+        if turn.message_id is not None:
+            self._partials = self._partials or _PartialWriter(self.path, self.busy_timeout_s)
+            self._partials.save(turn.message_id, thinking, answer)
 
     def save_tool_rounds(self, turn: Turn) -> None:
         """A call was made, approved, denied or answered: kept at once, so a crash mid-call loses none of it."""
@@ -251,6 +289,16 @@ class HistoryStore:
         return dict(row) if row else {}
 
 
+def _move_aside(path: Path) -> Path:
+    """A corrupt file, with its -wal and -shm, renamed beside it, for the user to keep or recover."""
+    backup = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+    for suffix in ("", "-wal", "-shm"):
+        part = Path(str(path) + suffix)
+        if part.exists():
+            part.replace(Path(str(backup) + suffix))
+    return backup
+
+
 def _upsert(db: sqlite3.Connection, conversation: Conversation, now: float) -> None:
     """A conversation's own row (not its turns): added, or its title, switches and settings updated."""
     db.execute(
@@ -260,6 +308,20 @@ def _upsert(db: sqlite3.Connection, conversation: Conversation, now: float) -> N
         "updated_at = excluded.updated_at",
         (conversation.id, conversation.title, int(conversation.thinking), int(conversation.tools),
          conversation.settings.to_json() if conversation.settings else "", now, now))
+
+
+def _insert_whole(db: sqlite3.Connection, conversation: Conversation, turn: Turn, now: float) -> None:
+    """A finished turn's row with every field, and its images (a fork, an import)."""
+    turn.message_id = db.execute(
+        "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, answer_text, model, "
+        "kv_cache_dtype, thinking_tokens, answer_tokens, ttft_s, tok_s, finish_reason, backend, loop_guard, "
+        "tool_rounds, keep_thinking, thinking_edits, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (conversation.id, turn.parent.message_id if turn.parent else None, _depth(turn), turn.user, turn.thinking,
+         turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s,
+         turn.answer_tok_s, turn.finish_reason or "stop", turn.backend, turn.loop_guard, _rounds_json(turn),
+         int(turn.keep_thinking), _edits_json(turn), now, now)).lastrowid
+    _save_images(db, turn)
 
 
 def _quick_check(db: sqlite3.Connection, path: Path) -> str:
