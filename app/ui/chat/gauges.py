@@ -79,6 +79,7 @@ class Sparkline(QWidget):
         points = [QPointF(1 + offset + i * step, 1 + height * (1 - v / peak)) for i, v in enumerate(self.values)]
         painter.setPen(QPen(QColor("#2e7d32"), 1.5))
         painter.drawPolyline(QPolygonF(points))
+        painter.end()  # not left to the wrapper's collection: a frame kept alive (a traceback) would hold it open
 
 
 class GaugeBar(QFrame):
