@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from app.core.priority import lower_this_thread
+
 log = logging.getLogger(__name__)
 MATH_PIXELS = 17  # the formula's font size, near the pane's text
 _ROOT = Path(__file__).resolve().parents[2]  # the folder holding the ``app`` package
@@ -128,6 +130,7 @@ def serve(requests: BinaryIO, answers: BinaryIO) -> None:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C in the terminal is the window's to handle
+    lower_this_thread()  # the drawing takes the CPU the window's GUI thread leaves
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything a library prints goes to stderr, not into the answers
     serve(sys.stdin.buffer, answers)

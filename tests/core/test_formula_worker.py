@@ -49,7 +49,7 @@ class Answers:
 def test_each_request_gets_its_svg_or_ziamaths_reason_in_order() -> None:
     """Bugs caught: an answer matched to the wrong formula (a formula drawn as another's image), a formula
     ziamath refuses never answered (shown as "drawing" for ever), and a source with a tab or a line break
-    breaking the line protocol."""
+    breaking the line protocol; the drawer competing with the window's GUI thread at its priority."""
     answers = Answers()
     worker = FormulaWorker(answers)
     try:
@@ -62,6 +62,9 @@ def test_each_request_gets_its_svg_or_ziamaths_reason_in_order() -> None:
         assert svg_a is not None and svg_a.startswith(b"<svg") and svg_c is not None and svg_c.startswith(b"<svg")
         assert svg_b is None and reason_b, "ziamath's reason comes back"
         assert worker.pid != os.getpid()
+        if sys.platform.startswith("linux"):  # elsewhere the priority is left as it is (app/core/priority.py)
+            assert os.getpriority(os.PRIO_PROCESS, worker.pid) > os.getpriority(os.PRIO_PROCESS, 0), \
+                "the drawer runs below the window's priority"
     finally:
         worker.close()
 

@@ -25,6 +25,7 @@ from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, Tu
 from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
 from app.core.chat.history_search import SearchHit, search
 from app.core.chat.images import ImagePart
+from app.core.priority import lower_this_thread
 from app.core.settings import paths
 from app.core.settings.paths import DataUnavailable
 
@@ -57,7 +58,7 @@ class _PartialWriter:
 
     def __init__(self, path: Path, busy_timeout_s: float) -> None:
         self._path, self._busy_timeout_s = path, busy_timeout_s
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="nalar-history")
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="nalar-history", initializer=lower_this_thread)
         self._db: sqlite3.Connection | None = None  # opened and used on the pool's one thread only
         self._last: Future[None] | None = None
 
