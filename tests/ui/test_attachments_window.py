@@ -4,6 +4,7 @@ refused before anything is sent."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from PySide6.QtCore import QMimeData, QUrl
@@ -44,6 +45,27 @@ def test_a_dropped_pdf_reaches_the_model_and_the_turn_keeps_its_text(qtbot, make
     pdf.unlink()  # the history holds the text itself: a reload still has it with the file gone
     stored = next(c for c in window.session.history.conversations() if c.id == window.session.conversation.id)
     assert "The integral equals one." in stored.turns[-1].user
+
+
+def test_the_models_tokenizer_is_read_off_the_gui_thread_once_the_engine_is_ready(qtbot, make_window,
+                                                                                monkeypatch) -> None:
+    """Bug caught: the first send read tokenizer.json on the GUI thread to count the conversation, freezing the
+    window 0.1-1 s just as the first answer began to stream."""
+    from app.core.models import token_count
+
+    first_read_on: list[str] = []
+    original = token_count._tokenizer
+
+    def read(path: Path):  # type: ignore[no-untyped-def]
+        first_read_on.append(threading.current_thread().name)
+        return original(path)
+
+    monkeypatch.setattr(token_count, "_tokenizer", read)
+    token_count._exact_count.cache_clear()
+    window = make_window(ScriptedEngineDouble([Script(["an answer"])]))
+    wait_ready(qtbot, window)
+    qtbot.waitUntil(lambda: bool(first_read_on), timeout=10_000)
+    assert first_read_on[0].startswith("nalar-op: Reading the model's tokenizer")
 
 
 def test_files_too_long_for_the_context_are_refused_before_sending(qtbot, make_window, tmp_path: Path) -> None:
