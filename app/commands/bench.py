@@ -6,6 +6,7 @@ table (or JSON) and are saved under the data dir's bench/ folder.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -208,6 +209,9 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0, maths: bool = Fa
     # A conversation of its own: appended to the last one in the history, the stall measured the
     # re-render of every earlier run's 50,000-token reply (330 ms for 560 KB), not the stream.
     window.menus.trigger("new_conversation")
+    # The windows of the benches before it, freed by a full collection that fell mid-stream, measured 45-225 ms
+    # of this stream's stall: collected now.
+    gc.collect()
     meter.start()
     started = time.perf_counter()
     _send(window, "synthetic")
