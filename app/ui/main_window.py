@@ -55,6 +55,15 @@ def freeze_startup_heap() -> None:
         gc.freeze()
 
 
+def read_tokenizer_soon(settings: Settings, parent: QWidget) -> None:
+    """The model's tokenizer read now, on a worker thread: the first send read it on the GUI thread to count the
+    conversation, and froze 0.1-0.3 s."""
+    counter = model_counter(settings)
+    if counter.exact:
+        run_blocking("Reading the model's tokenizer", lambda: counter.count(""), parent=parent).failure(
+            lambda exc: log.warning("the model's tokenizer can't be read: %s", exc))
+
+
 class MainWindow(QMainWindow):
     """The window users live in. All engine traffic goes through the controller's bridge."""
 
@@ -183,10 +192,7 @@ class MainWindow(QMainWindow):
                  ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
         freeze_startup_heap()
-        counter = model_counter(self.controller.settings)
-        if counter.exact:  # read now, off the GUI thread: the first send froze 0.1-1 s to read tokenizer.json
-            run_blocking("Reading the model's tokenizer", lambda: counter.count(""), parent=self).failure(
-                lambda exc: log.warning("the model's tokenizer can't be read: %s", exc))
+        read_tokenizer_soon(self.controller.settings, self)
         self.attachments.set_model(ready)
         self.conversation_actions.show_context()
         self.controls.show_family(model_family(ready.model), self.controller.settings.sampling.reasoning_effort)

@@ -157,6 +157,7 @@ class HistoryStore:
     def close(self) -> None:
         if self._partials is not None:
             self._partials.close()
+            self._partials = None  # a second close has nothing to wait for
         self._connection.close()
 
     # ---- conversations -------------------------------------------------------------------------
@@ -253,7 +254,7 @@ class HistoryStore:
         return int(turn.message_id)  # type: ignore[arg-type]
 
     def save_partial(self, turn: Turn, thinking: str, answer: str) -> None:
-        """Queued, not written before it returns (``flush`` waits for it): a crash loses at most this one."""
+        """Queued, not written before it returns (``flush`` waits for it): a crash loses only what is still queued."""
         if turn.message_id is not None:
             self._partials = self._partials or _PartialWriter(self.path, self.busy_timeout_s)
             self._partials.save(turn.message_id, thinking, answer)
