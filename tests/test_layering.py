@@ -44,7 +44,7 @@ INSIDE = {
     "engine.base": {"engine.reply"} | CONTRACT,
     "engine.scripted": {"engine.reply", "engine.base"} | CONTRACT,
     "core.settings": {"core.settings"},
-    "core.chat": {"core.chat", "core.settings"},
+    "core.chat": {"core.chat", "core.settings", "core.priority"},  # priority: a leaf (stdlib only) for its writer
     "core.steering": {"core.steering", "core.chat", "core.settings"},  # builds on conversations, never under them
     "core.models": {"core.models", "core.settings"},
     "core.measure": {"core.measure", "core.models", "core.settings"},

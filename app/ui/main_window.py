@@ -191,7 +191,7 @@ class MainWindow(QMainWindow):
         log.info("engine ready: %s · KV %s · %d tokens · loaded in %.1f s", ready.model, ready.kv_cache_dtype,
                  ready.kv_capacity_tokens, ready.load_seconds)
         self.gauges.set_engine(ready)
-        freeze_startup_heap()
+        QTimer.singleShot(0, freeze_startup_heap)  # from the loop, not inside the signal's delivery
         read_tokenizer_soon(self.controller.settings, self)
         self.attachments.set_model(ready)
         self.conversation_actions.show_context()
