@@ -14,8 +14,7 @@ from PySide6.QtGui import QAction, QDesktopServices
 from PySide6.QtWidgets import QFileDialog
 
 from app.core.chat.conversation import Conversation
-from app.core.chat.history import export_json, export_markdown
-from app.core.chat.history_import import ImportProblem
+from app.core.chat.history_import import ImportProblem, export_json, export_markdown
 from app.core.settings import paths
 from app.ui.actions import ACTIONS, BY_ID, MENUS, Action, shortcut_rows
 from app.ui.chat.gauges import GaugeBar

@@ -75,7 +75,7 @@ def test_export_writes_every_formula_as_markdown_maths() -> None:
     """Bug caught: an exported answer kept \\(…\\) and \\[…\\], which Markdown readers show as plain
     parentheses once their backslash is read as an escape."""
     from app.core.chat.conversation import Conversation, Turn
-    from app.core.chat.history import export_markdown
+    from app.core.chat.history_import import export_markdown
 
     answer = "So \\(x\\,y\\) and\n\\[\\begin{pmatrix}1 \\\\ 2\\end{pmatrix}\\]\nwhile `\\(code\\)` stays, and $5 too."
     exported = export_markdown(Conversation(title="t", turns=[Turn(user="q", answer=answer)]))

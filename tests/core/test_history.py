@@ -11,7 +11,8 @@ import threading
 import pytest
 
 from app.core.chat.conversation import Conversation, Turn
-from app.core.chat.history import HistoryStore, export_json, export_markdown, history_path
+from app.core.chat.history import HistoryStore, history_path
+from app.core.chat.history_import import export_json, export_markdown
 
 
 def conversation_with_turn(store: HistoryStore, user: str = "What is 2+3?") -> tuple[Conversation, Turn]:

@@ -222,7 +222,7 @@ def test_a_kill_9_mid_reply_on_a_second_branch_keeps_the_partial_on_that_branch(
 
 def test_export_json_is_valid_after_branching() -> None:
     """Bug caught: the JSON export of a branched chat mixing branches (it exports the shown branch)."""
-    from app.core.chat.history import export_json
+    from app.core.chat.history_import import export_json
 
     store = HistoryStore()
     conversation = three_turn_chat(store)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from app.core.chat.conversation import Conversation, ToolRound, Turn
-from app.core.chat.history import HistoryStore, export_json, history_path
-from app.core.chat.history_import import ImportProblem, read_import
+from app.core.chat.history import HistoryStore, history_path
+from app.core.chat.history_import import ImportProblem, export_json, read_import
 from tests.support.history_v6 import TOOL_ROUNDS
 
 COMPARED = [f.name for f in fields(Turn) if f.name not in ("message_id", "parent")]

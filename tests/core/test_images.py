@@ -74,8 +74,8 @@ def test_a_turns_images_survive_the_history_a_fork_and_an_export(tmp_path) -> No
     """Bugs caught: images kept only in memory (a reload asks without them); a fork or an import storing the
     turns but not their images; an export that drops them, or writes them into the question's text."""
     from app.core.chat.conversation import Conversation, Turn
-    from app.core.chat.history import HistoryStore, export_json, export_markdown
-    from app.core.chat.history_import import read_import
+    from app.core.chat.history import HistoryStore
+    from app.core.chat.history_import import export_json, export_markdown, read_import
 
     image = image_part(encoded("PNG", (7, 2)), "chart.png")
     conversation = Conversation()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.core.chat.conversation import Conversation, ThinkingEdit, Turn
-from app.core.chat.history import HistoryStore, export_json, export_markdown
-from app.core.chat.history_import import ImportProblem, read_import
+from app.core.chat.history import HistoryStore
+from app.core.chat.history_import import ImportProblem, export_json, export_markdown, read_import
 from app.core.chat.reply import Reply
 from app.core.steering.thinking_pause import ThinkingPause
 

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from app.core.chat.conversation import Conversation, Turn
-from app.core.chat.history import HistoryStore, export_json
+from app.core.chat.history import HistoryStore
+from app.core.chat.history_import import export_json
 from app.engine.events import Finished
 from app.ui.controllers.conversation_store import ConversationStore
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from app.core.chat.chat_settings import ChatSettings
-from app.core.chat.history import HistoryStore, export_json, export_markdown
+from app.core.chat.history import HistoryStore
+from app.core.chat.history_import import export_json, export_markdown
 from app.core.models.model_families import model_family
 from app.core.settings.settings import EngineConfig, Preset, PresetsConfig, SamplingConfig, Settings, changed
 from app.engine.scripted import Script, ScriptedEngineDouble

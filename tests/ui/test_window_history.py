@@ -6,7 +6,8 @@ import asyncio
 import json
 
 from app.core.chat.conversation import Conversation, Turn
-from app.core.chat.history import HistoryStore, export_json
+from app.core.chat.history import HistoryStore
+from app.core.chat.history_import import export_json
 from app.engine.scripted import Script, ScriptedEngineDouble
 
 

@@ -10,7 +10,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 
 from app.core.chat.conversation import ThinkingEdit
-from app.core.chat.history import HistoryStore, export_json, export_markdown
+from app.core.chat.history import HistoryStore
+from app.core.chat.history_import import export_json, export_markdown
 from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
 from app.core.steering.thinking_pause import CANT_PAUSE_REMOTE, DROPPED, PAUSED
 from app.engine.requests import Resume

@@ -13,8 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from app.core.chat.conversation import Conversation
-from app.core.chat.history import HistoryStore, export_json, export_markdown
-from app.core.chat.history_import import ImportProblem, read_import
+from app.core.chat.history import HistoryStore
+from app.core.chat.history_import import ImportProblem, export_json, export_markdown, read_import
 from app.core.settings.paths import DataUnavailable
 
 

@@ -19,7 +19,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, Turn
 from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
@@ -403,75 +402,3 @@ def _edits_from(text: str) -> list[ThinkingEdit]:
     except (ValueError, TypeError, AttributeError):  # a damaged cell loses the edit marks, not the conversation
         log.warning("unreadable thinking edits in the history; shown without them")
         return []
-
-
-# ---- export ------------------------------------------------------------------------------------
-
-def export_markdown(conversation: Conversation) -> str:
-    lines = [f"# {conversation.title}", ""]
-    if conversation.settings is not None:
-        lines += _settings_markdown(conversation.settings)
-    for turn in conversation.turns:
-        lines += ["## You", "", turn.user, ""]
-        lines += [f"[image: {i.name or 'unnamed'}, {i.width}×{i.height}, {i.mime}]" for i in turn.images] + \
-            ([""] if turn.images else [])
-        for tool_round in turn.tool_rounds:
-            if tool_round.thinking.strip():
-                lines += ["<details><summary>Thinking</summary>", "", tool_round.thinking.strip(), "", "</details>",
-                          ""]
-            for call in tool_round.calls:
-                lines += [f"**Tool call** `{call.name}` ({call.status})", "", "```json", call.arguments, "```", "",
-                          "<details><summary>Result</summary>", "", "```text", call.result, "```", "", "</details>",
-                          ""]
-        if turn.thinking:
-            lines += ["<details><summary>Thinking</summary>", "", turn.thinking.strip(), "", "</details>", ""]
-        lines += _edits_markdown(turn)
-        note = "" if turn.finish_reason in (None, "stop") else f" ({turn.finish_reason})"
-        lines += [f"## Nalar{note}", "", dollar_maths(turn.answer), ""]
-    return "\n".join(lines)
-
-
-def export_json(conversation: Conversation) -> str:
-    """The shown branch as ``messages``; every branch as ``tree`` (each turn with its parent's index in it)
-    and ``shown`` (the leaf's index), so an import brings the branches back."""
-    place = {id(turn): n for n, turn in enumerate(conversation.tree)}
-    leaf = conversation.leaf
-    return json.dumps({
-        "format": "nalar-conversation", "version": 1, "id": conversation.id, "title": conversation.title,
-        "thinking": conversation.thinking, "tools": conversation.tools,
-        "chat_settings": conversation.settings.model_dump() if conversation.settings else None,
-        "messages": [_turn_json(t) for t in conversation.turns],
-        "tree": [_turn_json(t) | {"parent": place.get(id(t.parent))} for t in conversation.tree],
-        "shown": place.get(id(leaf)) if leaf else None}, indent=2, ensure_ascii=False)
-
-
-def _settings_markdown(chat: ChatSettings) -> list[str]:
-    """The chat's preset values above the transcript: the system prompt quoted, the sampling on one line."""
-    v = chat.values
-    own = [f"{name.replace('_', ' ')} {value}" for name, value in v.model_dump(exclude={"system_prompt"}).items()
-           if value is not None]
-    lines = [" · ".join([f"*Preset:* {chat.preset or 'custom'}", *own, "the rest as in Settings"]), ""]
-    if v.system_prompt.strip():
-        lines += ["*System prompt:*", "", *(f"> {line}" for line in v.system_prompt.strip().splitlines()), ""]
-    return lines
-
-
-def _turn_json(t: Turn) -> dict[str, Any]:
-    return {"user": t.user, "thinking": t.thinking, "answer": t.answer, "finish_reason": t.finish_reason,
-            "model": t.model, "kv_cache_dtype": t.kv_cache_dtype, "backend": t.backend, "loop_guard": t.loop_guard,
-            "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
-            "thinking_edits": [edit.to_json() for edit in t.thinking_edits],
-            "thinking_tokens": t.thinking_tokens, "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s,
-            "tok_s": t.answer_tok_s, "images": [{"name": i.name, "url": i.data_url} for i in t.images]}
-
-
-def _edits_markdown(turn: Turn) -> list[str]:
-    """Where the user paused and edited the thinking: the place, the model's text there and the user's."""
-    lines: list[str] = []
-    for n, edit in enumerate(turn.thinking_edits, 1):
-        removed = edit.original[edit.at:]
-        lines += [f"<details><summary>✎ Thinking edited by the user (edit {n}, from character {edit.at})"
-                  "</summary>", "", "The model had written:", "", "```text", removed or "(nothing: the user added)",
-                  "```", "", "The user wrote instead, and the model went on from there:", "", "```text",
-                  edit.inserted or "(nothing: the user cut it)", "```", "", "</details>", ""]
-    return lines
