@@ -2,17 +2,21 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+STEP   := packaging/step.sh
 export PYTHON VENV
+# When this make began: `make test` reports its set-up's time from it.
+MAKE_START := $(shell date +%s)
 
-.PHONY: run test test-fast setup setup-test system-run system-test model bench screenshot clean install-desktop uninstall-desktop
+.PHONY: run test test-fast figures setup setup-test system-run system-test model bench screenshot clean install-desktop uninstall-desktop
 
 # Re-run the set-up when the dependency list changes.
+# Each set-up step prints one line; its own output (apt, pip) goes to build/setup.log (packaging/step.sh).
 $(VENV)/.setup-app: pyproject.toml packaging/setup_venv.sh
-	packaging/setup_venv.sh
+	@$(STEP) "Python packages: PyTorch and vLLM (GBs on a first run)" packaging/setup_venv.sh
 	@touch $@
 
 $(VENV)/.setup-test: pyproject.toml packaging/setup_venv.sh
-	packaging/setup_venv.sh test
+	@$(STEP) "Python packages: PyTorch, vLLM and the test tools (GBs on a first run)" packaging/setup_venv.sh test
 	@touch $@ $(VENV)/.setup-app
 
 setup: $(VENV)/.setup-app model
@@ -22,13 +26,13 @@ setup-test: system-test $(VENV)/.setup-test model
 # (Xvfb, openbox, wmctrl, xdotool, rsync, ...) for `make test`. Installed as root or with `sudo -n`; otherwise
 # the script stops and names the command to run. The list is in the script.
 system-run:
-	packaging/linux/system_packages.sh run
+	@$(STEP) "system packages (Qt's platform libraries)" packaging/linux/system_packages.sh run
 system-test:
-	packaging/linux/system_packages.sh test
+	@$(STEP) "system packages (Qt's libraries, Xvfb and the desktop tools)" packaging/linux/system_packages.sh test
 
 # Convert the embedded SmolLM2-135M once (idempotent: a manifest marks a finished folder).
 model: $(VENV)/.setup-app
-	$(PY) -m app.core.models.embedded_model
+	@$(STEP) "the embedded test model (SmolLM2-135M)" $(PY) -m app.core.models.embedded_model
 
 run: system-run setup
 	$(PY) -m app
@@ -41,11 +45,25 @@ TEST_WORKERS ?= 2
 REAL_WORKERS ?= 2
 PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
+# `make test` also writes its counts and times to $(RESULTS)/suite.json (packaging/figures.py reads pytest's
+# junit files); `make figures` copies that into docs/results/ and regenerates the figures the docs quote.
+RESULTS ?= build/results
 test: setup-test
-	@fast=0; slow=0; \
-	$(PYTEST) -m "not real_engine" -n $(TEST_WORKERS) $(PYTEST_ARGS) || fast=$$?; \
-	$(PYTEST) -m real_engine -n $(REAL_WORKERS) --dist loadfile $(PYTEST_ARGS) || slow=$$?; \
+	@mkdir -p $(RESULTS); fast=0; slow=0; setup_s=$$(( $$(date +%s) - $(MAKE_START) )); \
+	echo "nalar: set-up done in $${setup_s} s; the fast tests ($(TEST_WORKERS) workers)…"; \
+	$(PYTEST) -m "not real_engine" -n $(TEST_WORKERS) --junit-xml=$(RESULTS)/fast.xml $(PYTEST_ARGS) || fast=$$?; \
+	echo "nalar: the real-engine tests ($(REAL_WORKERS) workers, a file per worker)…"; \
+	$(PYTEST) -m real_engine -n $(REAL_WORKERS) --dist loadfile --junit-xml=$(RESULTS)/real.xml $(PYTEST_ARGS) \
+	  || slow=$$?; \
+	$(PY) packaging/figures.py --suite-from-junit $(RESULTS)/fast.xml $(RESULTS)/real.xml --setup-s $$setup_s \
+	  --total-s $$(( $$(date +%s) - $(MAKE_START) )) --workers $(TEST_WORKERS),$(REAL_WORKERS) \
+	  --out $(RESULTS)/suite.json || echo "nalar: the suite's results file was not written (above)"; \
 	for rc in $$fast $$slow; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
+
+# After a whole `make test`: its results become the figures the README and docs quote (checked by a fast test).
+figures:
+	cp $(RESULTS)/suite.json docs/results/suite.json
+	$(PY) packaging/figures.py
 
 # The fast tests alone (a few minutes).
 test-fast: setup-test

@@ -55,7 +55,8 @@ class MachineDoubles:
             apt += (f'[ "$1" = install ] && for a in "$@"; do\n'
                     f'  case "$a" in install|-*) ;; *) echo "$a" >> {self.installed};; esac\ndone\ntrue')
         self.write("apt-get", apt)
-        for real in ("env", "bash", "make", "grep", "sh", "true"):
+        # The coreutils packaging/step.sh uses to log each step: real, and changing nothing outside tmp_path.
+        for real in ("env", "bash", "make", "grep", "sh", "true", "date", "mkdir", "wc", "tail", "tr", "sleep"):
             found = shutil.which(real)
             assert found, real
             (self.bin / real).symlink_to(found)
@@ -197,7 +198,7 @@ def test_make_run_and_make_test_call_the_script_first_and_ci_only_calls_make_tes
     for target, mode, last in (("run", "run", "-m app"), ("test", "test", "-m pytest")):
         plan = subprocess.run(["make", "-n", "-C", str(ROOT), target, "VENV=/nonexistent-venv"], env=env,
                               capture_output=True, text=True, timeout=60).stdout.splitlines()
-        first = plan.index(f"packaging/linux/system_packages.sh {mode}")
+        first = next(i for i, line in enumerate(plan) if f"packaging/linux/system_packages.sh {mode}" in line)
         assert first < next(i for i, line in enumerate(plan) if "setup_venv.sh" in line)
         assert first < next(i for i, line in enumerate(plan) if last in line)
     ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if line and not line.startswith("#")]
