@@ -22,6 +22,9 @@ docs/results/suite.json, the test suite (written by `make test` through --suite-
      "fast": {"passed": int, "failed": int, "skipped": int, "xfailed": int, "seconds": float, "workers": int},
      "real_engine": {the same keys}, "total_s": float}
 
+After writing it, run this script once more without options, so the blocks quoting it follow (tests/test_figures.py
+fails while a block and its results file differ).
+
 The other files are the benchmarks' own JSON, as `nalar bench …` writes it (each run's is saved in the data
 dir's bench/ folder; copy the one to quote here). A file transcribed from an older run's Markdown says so in a
 "source" field. Stdlib only: it runs before the venv exists.
