@@ -56,7 +56,7 @@ test: setup-test
 	$(PYTEST) -m real_engine -n $(REAL_WORKERS) --dist loadfile --junit-xml=$(RESULTS)/real.xml $(PYTEST_ARGS) \
 	  || slow=$$?; \
 	$(PY) packaging/figures.py --suite-from-junit $(RESULTS)/fast.xml $(RESULTS)/real.xml --setup-s $$setup_s \
-	  --total-s $$(( $$(date +%s) - $(MAKE_START) )) --workers $(TEST_WORKERS),$(REAL_WORKERS) \
+	  --total-s $$(( $$(date +%s) - $(MAKE_START) )) --fast-workers $(TEST_WORKERS) --real-workers $(REAL_WORKERS) \
 	  --out $(RESULTS)/suite.json || echo "nalar: the suite's results file was not written (above)"; \
 	for rc in $$fast $$slow; do [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || exit $$rc; done
 
