@@ -147,8 +147,7 @@ def run_job(job: Job[Report], *, jsonl: bool, as_json: bool) -> int:
 
 def report_stem(folder: str, prefix: str) -> Path:
     """data dir/``folder``/``prefix``-YYYYmmdd-HHMMSS, the folder created; ``sibling`` adds the suffixes."""
-    target = paths.data_dir() / folder
-    target.mkdir(parents=True, exist_ok=True)
+    target = paths.private_dir(paths.data_dir() / folder)
     return target / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
@@ -158,8 +157,7 @@ def sibling(stem: Path, suffix: str) -> Path:
 
 
 def save_json(target: Path, data: Any) -> Path:
-    target.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    return target
+    return paths.write_private_text(target, json.dumps(data, indent=2))
 
 
 def machine_description() -> dict[str, Any]:

@@ -152,9 +152,9 @@ def _loopback_http_client() -> Any:
 
 def _server_log(name: str) -> TextIO:
     """The server's stderr goes to its own log file, not into Nalar's terminal or the model."""
-    folder = paths.log_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    return open(Path(folder) / f"mcp-{name}.log", "a", encoding="utf-8")  # noqa: SIM115 - closed by the stack
+    folder = paths.private_dir(paths.log_dir())
+    return open(Path(folder) / f"mcp-{name}.log", "a", encoding="utf-8",  # noqa: SIM115 - closed by the stack
+                opener=paths.private_opener)
 
 
 def _leaf(exc: BaseException) -> BaseException:

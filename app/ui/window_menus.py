@@ -153,6 +153,5 @@ class WindowMenus(QObject):
         return imported
 
     def open_log_folder(self) -> None:
-        folder = paths.log_dir()
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = paths.private_dir(paths.log_dir())
         QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import platformdirs
@@ -42,10 +43,28 @@ PRIVATE_FILE = 0o600
 
 
 def private_dir(folder: Path) -> Path:
-    """``folder``, created if needed, readable by its owner only (mkdir's mode is masked by the umask)."""
+    """``folder``, created if needed, readable by its owner only (mkdir's mode is masked by the umask). The
+    folders created on the way get the same mode: ``data_dir() / "engines"`` must not leave the data dir 0755."""
+    created = [parent for parent in (folder, *folder.parents) if not parent.exists()]
     folder.mkdir(parents=True, exist_ok=True)
+    for made in created:
+        made.chmod(PRIVATE_DIR)
     folder.chmod(PRIVATE_DIR)
     return folder
+
+
+def private_opener(path: str, flags: int) -> int:
+    """For ``open(..., opener=private_opener)``: a new file is created 0600, never readable by others first."""
+    return os.open(path, flags, PRIVATE_FILE)
+
+
+def write_private_text(path: Path, text: str) -> Path:
+    """``text`` into ``path`` (its folder made private), the file readable by its owner only."""
+    private_dir(path.parent)
+    with open(path, "w", encoding="utf-8", opener=private_opener) as file:
+        file.write(text)
+    path.chmod(PRIVATE_FILE)  # an existing file keeps its old mode through open()
+    return path
 
 
 def make_private(path: Path) -> None:

@@ -79,9 +79,8 @@ def record_engine_processes() -> int:
     if not children:
         path.unlink(missing_ok=True)
         return 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"owner": owner_tag(me), "processes": children}))
+    tmp = paths.write_private_text(path.with_suffix(".tmp"), json.dumps({"owner": owner_tag(me),
+                                                                        "processes": children}))
     tmp.replace(path)
     return len(children)
 
