@@ -2,8 +2,9 @@
 
 The scan parses app/ in a fresh process (CPython 3.11.7's ast.parse can fail spuriously while other
 threads run, gh-106905, and earlier tests leave threads behind) and prints the import graph; the rules
-are checked here. Every import counts, lazy ones inside functions too, except those under
-``if TYPE_CHECKING:`` (they never run).
+are checked here. Every import counts: lazy ones inside functions, and type-only ones under
+``if TYPE_CHECKING:`` too. Those never run, but the file still names the other one's insides: a circle that
+only mypy walks ties the two files together as much as one that runs (MainWindow and its menus once did).
 """
 
 from __future__ import annotations
@@ -74,24 +75,12 @@ for source in sorted(root.rglob("*.py")):
     modules[".".join(parts)] = source
 
 
-def type_checking_only(tree):
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for inner in node.body:
-                skip.update(id(n) for n in ast.walk(inner))
-    return skip
-
-
 graph = {}
 for name, source in modules.items():
     tree = ast.parse(source.read_text(encoding="utf-8"))
-    skip = type_checking_only(tree)
     is_package = source.name == "__init__.py"
     found = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in ast.walk(tree):  # every node: module level, function bodies, `if TYPE_CHECKING:` blocks
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -217,18 +206,22 @@ def test_no_import_goes_up_a_layer_or_brings_qt_below_the_window(app_graph: dict
 
 def commands_into_the_window(graph: dict[str, list[str]]) -> list[str]:
     """Imports from commands/ into ui/ other than the start-up entry, or from a command that isn't its user."""
-    return [f"{module} imports {name}" for module, imported in graph.items() if module.startswith("app.commands")
-            for name in imported if name.startswith("app.ui")
+    return [f"{module} imports {name}" for module, imported in graph.items() if _folder(module) == "commands"
+            for name in imported if _folder(name) == "ui"
             and (name != UI_ENTRY or module not in UI_ENTRY_USERS)]
 
 
 def test_commands_reach_the_window_only_through_its_start_up(app_graph: dict[str, list[str]]) -> None:
     """Bug caught: `nalar bench ui` built its own QApplication and qasync loop (a copy of app_main) and imported
     MainWindow and ChatView, so a change to the start-up or the window's insides broke the benchmark unseen."""
-    assert commands_into_the_window(app_graph) == []
+    wrong = commands_into_the_window(app_graph)
+    assert wrong == [], f"commands/ reaches ui/ only through {UI_ENTRY}, from {sorted(UI_ENTRY_USERS)}: {wrong}"
     assert commands_into_the_window({"app.commands.bench": ["app.ui.main_window"],
-                                     "app.commands.doctor": [UI_ENTRY]}) == [
-        "app.commands.bench imports app.ui.main_window", f"app.commands.doctor imports {UI_ENTRY}"]
+                                     "app.commands.doctor": [UI_ENTRY], "app.commands.cli": ["app.ui"]}) == [
+        "app.commands.bench imports app.ui.main_window", f"app.commands.doctor imports {UI_ENTRY}",
+        "app.commands.cli imports app.ui"]
+    used = {module for module, imported in app_graph.items() if UI_ENTRY in imported}
+    assert UI_ENTRY in app_graph and used >= UI_ENTRY_USERS, "the entry the rule names is the one the commands use"
 
 
 def test_each_folder_keeps_its_parts_apart(app_graph: dict[str, list[str]]) -> None:
@@ -274,9 +267,19 @@ def test_the_old_tree_still_shows_its_circle(tmp_path: Path) -> None:
     assert any("engine/ must not import commands/" in p for p in wrong_way_imports(graph))
 
 
+def circle_ties(graph: dict[str, list[str]], circle: list[str]) -> list[str]:
+    """The imports that hold a circle together, ``a → b`` each: what to cut to open it."""
+    members = set(circle)
+    return [f"{module} → {name}" for module in circle for name in graph[module] if name in members and name != module]
+
+
 def test_no_circle_of_imports(app_graph: dict[str, list[str]]) -> None:
-    """Bug caught: the 11-file circle engine → commands → ui → engine that the arrow back up made."""
-    assert import_circles(app_graph) == []
+    """Bugs caught: the 11-file circle engine → commands → ui → engine that the arrow back up made; the 5-file
+    circle of MainWindow, its menus, the action table, the conversation actions and Compare (each took the window,
+    imported under TYPE_CHECKING); chat_settings ↔ conversation (a type-only import one way)."""
+    circles = [circle_ties(app_graph, circle) for circle in import_circles(app_graph)]
+    assert circles == [], "import circles, each by the imports that tie it:\n" + "\n".join(
+        f"circle {n}: " + "; ".join(ties) for n, ties in enumerate(circles, 1))
 
 
 def test_the_scan_sees_every_folder(app_graph: dict[str, list[str]]) -> None:
@@ -296,22 +299,32 @@ FIXTURE = {
     "engine/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app.ui.window import Window\n",
     "commands/__init__.py": "",
     "commands/cli.py": "from app.engine import host\nfrom .bench import run\n",
-    "commands/bench.py": "from app.commands import cli\n",
+    "commands/bench.py": "def run():\n    from app.commands import cli\n",
+    "commands/doctor.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app.ui.menus import Menus\n",
     "ui/__init__.py": "",
-    "ui/window.py": "from ..engine.host import x\n",
+    "ui/window.py": "from ..engine.host import x\nfrom .menus import Menus\n",
+    "ui/menus.py": "from __future__ import annotations\nimport typing\nif typing.TYPE_CHECKING:\n"
+                   "    from app.ui.window import Window\n",
 }
 
 
 def test_the_rules_catch_an_import_added_back(tmp_path: Path) -> None:
     """The checker itself: on a small tree with each kind of wrong import, it names each one, and only those
-    (a lazy import counts, a TYPE_CHECKING one doesn't, relative imports resolve)."""
+    (lazy and TYPE_CHECKING imports count, relative imports resolve); a circle closed only by a lazy import
+    (bench ⇄ cli) or only by a type-only one (menus ⇄ window) is named with the imports that tie it."""
     root = tmp_path / "app"
     for name, text in FIXTURE.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     graph = import_graph(root)
-    assert graph["app.ui.window"] == ["app.engine.host"]
+    assert graph["app.ui.window"] == ["app.engine.host", "app.ui.menus"]
     assert sorted(wrong_way_imports(graph)) == [
         "app.engine.process_server imports app.commands.cli: engine/ must not import commands/",
+        "app.engine.typed imports app.ui.window: engine/ must not import ui/",
         "app.engine.widgets imports Qt (PySide6.QtCore)"]
-    assert import_circles(graph) == [["app.commands.bench", "app.commands.cli"]]
+    circles = import_circles(graph)
+    assert sorted(circles) == [["app.commands.bench", "app.commands.cli"], ["app.ui.menus", "app.ui.window"]]
+    assert sorted(circle_ties(graph, c) for c in circles) == [
+        ["app.commands.bench → app.commands.cli", "app.commands.cli → app.commands.bench"],
+        ["app.ui.menus → app.ui.window", "app.ui.window → app.ui.menus"]]
+    assert commands_into_the_window(graph) == ["app.commands.doctor imports app.ui.menus"]

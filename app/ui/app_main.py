@@ -86,7 +86,7 @@ def run_app(argv: list[str], *, process_started: float, engine: EngineBase | Non
             app.quit()
             return
         if welcome:  # the engine starts once a model is chosen (or the dialog is closed: embedded)
-            window.menus.open_model_chooser(first_run=True)
+            window.dialogs.open_model_chooser(first_run=True)
         else:
             window.controller.start_engine()
 

@@ -9,38 +9,43 @@ follows in the gauge.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QInputDialog, QMessageBox
+from PySide6.QtWidgets import QInputDialog, QMessageBox, QWidget
 
 from app.core.chat.conversation import Conversation
 from app.core.chat.history_search import SearchHit
 from app.core.steering.kept_thinking import KeepSwitch, keep_switches, toggle
 from app.ui.chat.attachments_bar import branch_tokens, model_counter
-
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
+from app.ui.chat.chat_view import ChatView
+from app.ui.chat.gauges import GaugeBar
+from app.ui.chat.panes import PromptEdit
+from app.ui.controllers.chat_session import ChatSession
+from app.ui.controllers.engine_controller import EngineController
 
 STEPS = {"prev": -1, "next": +1}
 
 
 class ConversationActions(QObject):
-    """The window's conversation commands and thread links (``ChatView.turn_action``), on the shown chat."""
+    """The window's conversation commands and thread links (``ChatView.turn_action``), on the shown chat.
 
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-        self.store = window.session.store
-        window.chat_view.turn_action.connect(self.on_turn_action)
-        self.question_edit = window.session.question_edit
-        self.question_edit.changed.connect(window.controls.show_editing)
-        window.controls.cancel_edit_button.clicked.connect(self.cancel_edit)
-        window.prompt.edit_last.connect(lambda: window.menus.trigger("edit_last_question"))
-        window.chat_view.keep_switches = self.keep_switches
+    The window hands over what they act on: the session, the controller (the context the gauge measures against),
+    the thread, the prompt an edit goes into, the gauges and its notice line; ``parent`` owns the questions asked.
+    """
+
+    def __init__(self, session: ChatSession, controller: EngineController, chat_view: ChatView, prompt: PromptEdit,
+                 gauges: GaugeBar, show_notice: Callable[[str], object], parent: QWidget) -> None:
+        super().__init__(parent)
+        self.parent_widget, self.session, self.controller = parent, session, controller
+        self.chat_view, self.prompt, self.gauges, self.show_notice = chat_view, prompt, gauges, show_notice
+        self.store = session.store
+        self.question_edit = session.question_edit
+        chat_view.turn_action.connect(self.on_turn_action)
+        chat_view.keep_switches = self.keep_switches
 
     def rename(self) -> None:
-        title, ok = QInputDialog.getText(self.window, "Rename conversation", "Title:",
+        title, ok = QInputDialog.getText(self.parent_widget, "Rename conversation", "Title:",
                                          text=self.store.conversation.title)
         if ok and title.strip():
             self.store.rename(title.strip())
@@ -48,7 +53,7 @@ class ConversationActions(QObject):
     def delete(self) -> None:
         conversation = self.store.conversation
         if conversation.turns and QMessageBox.question(
-                self.window, "Delete conversation",
+                self.parent_widget, "Delete conversation",
                 f"Delete “{conversation.title}”?") != QMessageBox.StandardButton.Yes:
             return
         self.store.delete_current()
@@ -67,8 +72,8 @@ class ConversationActions(QObject):
 
     def keep_switches(self, conversation: Conversation) -> list[KeepSwitch | None]:
         """Each earlier turn's "keep its thinking" switch, its cost in the model's tokens and the context left."""
-        settings = self.window.controller.settings
-        ready = self.window.controller.bridge.ready
+        settings = self.controller.settings
+        ready = self.controller.bridge.ready
         counter = model_counter(settings)
         context = ready.max_model_len if ready is not None else settings.engine.max_model_len
         return keep_switches(conversation, counter.count, context, estimate=not counter.exact)
@@ -76,7 +81,7 @@ class ConversationActions(QObject):
     def toggle_keep_thinking(self, index: int) -> None:
         """Whether later prompts hold this turn's thinking; kept with the turn, shown, and counted in the gauge."""
         conversation = self.store.conversation
-        if self.window.session.streaming or not 0 <= index < len(conversation.turns) - 1:
+        if self.session.streaming or not 0 <= index < len(conversation.turns) - 1:
             return
         toggle(turn := conversation.turns[index])
         self.store.history.set_keep_thinking(turn)
@@ -85,12 +90,12 @@ class ConversationActions(QObject):
     def delete_branch(self, index: int) -> None:
         """This turn and all that follows it on every branch below it; its other tries stay, one of them shown."""
         conversation = self.store.conversation
-        if self.window.session.streaming or not 0 <= index < len(conversation.turns):
+        if self.session.streaming or not 0 <= index < len(conversation.turns):
             return
         _place, tries = conversation.siblings(index)
         below = "the turns after it" if index < len(conversation.turns) - 1 else "its reply"
         if QMessageBox.question(
-                self.window, "Delete this branch",
+                self.parent_widget, "Delete this branch",
                 f"Delete question {index + 1}, {below} and every branch below it? "
                 f"{'Its other tries stay.' if tries > 1 else 'The turns before it stay.'}"
         ) == QMessageBox.StandardButton.Yes:
@@ -98,8 +103,8 @@ class ConversationActions(QObject):
 
     def edit(self, index: int) -> None:
         """The question at ``index`` goes into the prompt; sending it makes a new branch there."""
-        if (text := self.question_edit.begin(index, busy=self.window.session.streaming)) is not None:
-            prompt = self.window.prompt
+        if (text := self.question_edit.begin(index, busy=self.session.streaming)) is not None:
+            prompt = self.prompt
             prompt.setPlainText(text)
             prompt.moveCursor(prompt.textCursor().MoveOperation.End)
             prompt.setFocus()
@@ -111,15 +116,15 @@ class ConversationActions(QObject):
 
     def cancel_edit(self) -> None:
         self.question_edit.cancel()
-        self.window.prompt.clear()
+        self.prompt.clear()
 
     def open_hit(self, hit: SearchHit) -> None:
         """A search result: its conversation, on the branch that holds its message, scrolled to it."""
-        if self.window.session.streaming:
-            self.window.show_notice("A reply is under way: the result opens once it ends (or is stopped).")
+        if self.session.streaming:
+            self.show_notice("A reply is under way: the result opens once it ends (or is stopped).")
             return
         if (index := self.store.open_message(hit.conversation_id, hit.message_id)) is not None:
-            self.window.chat_view.scroll_to_turn(index)
+            self.chat_view.scroll_to_turn(index)
 
     def switch_newest(self, step: int) -> bool:
         """Alt+Left/Right: the previous or next try of the newest turn that has others (usually the last reply)."""
@@ -128,9 +133,9 @@ class ConversationActions(QObject):
 
     def show_context(self) -> None:
         """The context gauge follows the branch shown: what the model will read on the next send."""
-        controller = self.window.controller
+        controller = self.controller
         if not controller.engine_ready or controller.bridge.ready is None:
             return
         counter = model_counter(controller.settings)
-        self.window.gauges.show_context(branch_tokens(self.store.conversation, counter),
-                                        controller.bridge.ready.max_model_len, estimate=not counter.exact)
+        self.gauges.show_context(branch_tokens(self.store.conversation, counter),
+                                 controller.bridge.ready.max_model_len, estimate=not counter.exact)

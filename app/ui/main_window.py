@@ -3,8 +3,10 @@
 Layout and wiring only: ``self.session`` (ChatSession) holds the conversations (``session.store``) and the
 reply (``session.reply``, which the chat view observes),
 ``self.controller`` (EngineController) the engine, the settings and the local API server, ``self.tools``
-the tool servers, ``self.menus`` the dialogs. Tests, benches and dialogs reach those objects and the widgets
-(``chat_view``, ``controls``, ``status_bar``) directly: the window has no methods that only pass calls on.
+the tool servers, ``self.dialogs`` the dialogs, ``self.menus`` the menu bar and its actions by id. Tests, benches
+and dialogs reach those objects and the widgets (``chat_view``, ``controls``, ``status_bar``) directly: the window
+has no methods that only pass calls on. The window builds each part and hands it what it uses; no part imports
+the window.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import Settings
 from app.engine.base import EngineBase
 from app.engine.events import EngineReady, Finished, StatusChanged
+from app.ui.actions import WindowMenus, WindowParts
 from app.ui.chat.attachments_bar import AttachmentsBar, context_fit, model_counter
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.conversation_list import ConversationList
@@ -41,7 +44,7 @@ from app.ui.controllers.engine_controller import EngineController
 from app.ui.controllers.operations import OperationError, run_blocking, runner
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.conversation_actions import ConversationActions
-from app.ui.window_menus import WindowMenus
+from app.ui.window_dialogs import WindowDialogs
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +71,6 @@ class MainWindow(QMainWindow):
     """The window users live in. All engine traffic goes through the controller's bridge."""
 
     reply_finished = Signal(object)  # Finished, after the window has shown it (for tests and benches)
-    # Declared here for the action table's handlers, which mypy checks before __init__ (an import cycle).
-    controller: EngineController
-    session: ChatSession
-    menus: WindowMenus
-    conversation_actions: ConversationActions
-    prompt: PromptEdit
-    chat_view: ChatView
 
     def __init__(self, engine: EngineBase, settings: Settings, settings_notice: str | None = None,
                  history: HistoryStore | None = None, keys: KeyStore | None = None) -> None:
@@ -86,9 +82,16 @@ class MainWindow(QMainWindow):
         self.tools = ToolsController(self)  # the MCP servers of Settings → Tools, on their own thread
         self.session = ChatSession(self.controller, history or HistoryStore(), self, tools=self.tools)
         self._build_widgets()
-        self.conversation_actions = ConversationActions(self)  # rename, delete, the thread's links, branches
-        self.menus = WindowMenus(self, self.controller, self.session, self.tools, self.gauges)
+        # Rename, delete, the thread's links, branches.
+        self.conversation_actions = ConversationActions(self.session, self.controller, self.chat_view, self.prompt,
+                                                        self.gauges, self.show_notice, parent=self)
+        self.dialogs = WindowDialogs(self, self.controller, self.session, self.tools, self.gauges, self.banner,
+                                     self.conversation_actions.open_hit, self.show_notice)
+        self.menus = WindowMenus(self, WindowParts(self.session, self.controller, self.dialogs,
+                                                   self.conversation_actions, self.chat_view, self.prompt,
+                                                   send=self.send, close=self.close))
         self._connect()
+        _connect_conversations(self)
         _connect_tools(self)
         self.chat_settings = ChatSettingsBinding(self.controls, self.session, self.controller,
                                                  self.chat_view.thinking_pane)  # preset and budget per chat
@@ -255,7 +258,7 @@ class MainWindow(QMainWindow):
         """Abort what streams, shut the engine down (its processes too), then close."""
         if not self.controller.closing:
             self.hide()
-            self.menus.close_measure_dialog()
+            self.dialogs.close_measure_dialog()
             started = time.monotonic()
             self.session.close()
             self.tools.close()  # the tool servers' processes end with the window
@@ -301,6 +304,15 @@ def _connect_tools(window: MainWindow) -> None:
         lambda before, after: window.tools.sync(after.tools.servers, before.tools.servers))
     if controller.settings.tools.servers:  # once the UI loop runs: the window is built before qasync's loop starts
         QTimer.singleShot(0, lambda: window.tools.configure(controller.settings.tools.servers))
+
+
+def _connect_conversations(window: MainWindow) -> None:
+    """A question being edited: the controls show it, Cancel and Up in an empty prompt reach the conversation
+    actions."""
+    actions = window.conversation_actions
+    window.session.question_edit.changed.connect(window.controls.show_editing)
+    window.controls.cancel_edit_button.clicked.connect(actions.cancel_edit)
+    window.prompt.edit_last.connect(lambda: window.menus.trigger("edit_last_question"))
 
 
 def _connect_pause(window: MainWindow) -> None:

@@ -70,7 +70,7 @@ def main(out: Path) -> int:
         app.processEvents()
         centre = window.chat_view.parentWidget()
         centre.grab().save(str(out / "screenshot-branches.png"))
-        dialog = window.menus.open_search()
+        dialog = window.dialogs.open_search()
         dialog.resize(620, 300)
         QTest.keyClicks(dialog.query, "blue")
         dialog.run_search()

@@ -19,7 +19,6 @@ from app.core.chat.history import HistoryStore
 from app.core.settings.settings import EngineConfig, Settings
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.ui.app_main import open_window, start_qt
-from app.ui.compare.compare_dialog import open_compare
 
 QUESTION = "A shirt costs $20 after a 20% discount. What was its price before the discount?"
 
@@ -56,7 +55,7 @@ def main(out: Path) -> int:
         if not window.controls.send_button.isEnabled():
             QTimer.singleShot(100, start)
             return
-        dialog = state["dialog"] = open_compare(window)
+        dialog = state["dialog"] = window.dialogs.open_compare()
         assert dialog is not None
         dialog.resize(1180, 560)
         dialog.run_button.click()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.core.chat.chat_settings import ChatSettings, chat_budget, chat_messages, chat_sampling
-from app.core.chat.conversation import Conversation, Turn
+from app.core.chat.conversation import Conversation, Message, Turn
 from app.core.models.model_families import model_family
 from app.core.settings.settings import (
     SCHEMA_VERSION,
@@ -30,8 +30,9 @@ PLAIN = model_family("HuggingFaceTB/SmolLM2-135M-Instruct")
 CAREFUL = Preset(name="Careful", system_prompt="Check every step.", think_budget=37, temperature=0.2)
 
 
-def chat(settings: ChatSettings | None = None, thinking: bool = True) -> Conversation:
-    return Conversation(turns=[Turn(user="Is 91 prime?")], thinking=thinking, settings=settings)
+def question() -> list[Message]:
+    """A chat's messages: one question."""
+    return Conversation(turns=[Turn(user="Is 91 prime?")]).messages()
 
 
 def test_an_old_settings_file_loads_with_the_built_in_presets_and_keeps_its_sampling(tmp_path: Path) -> None:
@@ -43,8 +44,7 @@ def test_an_old_settings_file_loads_with_the_built_in_presets_and_keeps_its_samp
     assert notice is None and settings.sampling.temperature == 0.3
     assert [p.name for p in settings.presets.presets] == ["Default", "Quick answer", "Careful proof"]
     assert settings.presets.default_preset.temperature is None, "Default is today's sampling (Settings')"
-    default_chat = chat()
-    assert chat_sampling(default_chat, settings.sampling, settings.presets).think_budget == 700
+    assert chat_sampling(None, True, settings.sampling, settings.presets).think_budget == 700
     save_settings(settings, path)
     assert json.loads(path.read_text())["schema_version"] == SCHEMA_VERSION == 2
     assert load_settings(path)[0] == settings
@@ -63,13 +63,13 @@ def test_a_chat_runs_with_its_own_values_and_settings_for_the_rest() -> None:
     the model card's sampling with a made-up default; the chat's Think switch lost."""
     presets = PresetsConfig(presets=(Preset(name="Default"), CAREFUL))
     base = SamplingConfig(temperature=0.6, top_p=0.9, top_k=40, think_budget=1024)
-    sampling = chat_sampling(chat(ChatSettings.of(CAREFUL), thinking=False), base, presets)
+    sampling = chat_sampling(ChatSettings.of(CAREFUL), False, base, presets)
     assert (sampling.temperature, sampling.top_p, sampling.top_k, sampling.think_budget, sampling.thinking) == (
         0.2, 0.9, 40, 37, False)
-    assert chat_budget(chat(), base, presets) == 1024
-    assert chat_messages(chat(ChatSettings.of(CAREFUL)), presets)[0] == {"role": "system",
+    assert chat_budget(None, base, presets) == 1024
+    assert chat_messages(ChatSettings.of(CAREFUL), question(), presets)[0] == {"role": "system",
                                                                          "content": "Check every step."}
-    assert chat_messages(chat(), presets) == [{"role": "user", "content": "Is 91 prime?"}]
+    assert chat_messages(None, question(), presets) == [{"role": "user", "content": "Is 91 prime?"}]
 
 
 def test_named_budgets_are_gpt_oss_efforts() -> None:
@@ -77,7 +77,7 @@ def test_named_budgets_are_gpt_oss_efforts() -> None:
     effort, not a token count."""
     presets = PresetsConfig()
     base = SamplingConfig(reasoning_effort="medium")
-    efforts = [chat_sampling(chat(ChatSettings().with_budget(b)), base, presets).reasoning_effort
+    efforts = [chat_sampling(ChatSettings().with_budget(b), True, base, presets).reasoning_effort
                for b in (512, 2048, 8192, 37)]
     assert efforts == ["low", "medium", "high", "medium"]
 
@@ -104,7 +104,7 @@ def test_an_r1_distills_rendered_prompt_has_the_preset_in_its_first_user_turn() 
     tokenizer = AutoTokenizer.from_pretrained(str(require_embedded_model()))
     prompts = ReplyPrompts(tokenizer, R1, max_model_len=2048, reasoning_mode=True)
     presets = PresetsConfig(presets=(Preset(name="Default"), CAREFUL))
-    messages = chat_messages(chat(ChatSettings.of(CAREFUL)), presets)
+    messages = chat_messages(ChatSettings.of(CAREFUL), question(), presets)
     ids, _dropped = prompts.for_reply(messages, SamplingConfig(think_budget=37), thinking_on=True, offer=None)
     text = tokenizer.decode(ids)
     assert "<|im_start|>user\nCheck every step.\n\nIs 91 prime?" in text

@@ -49,6 +49,6 @@ def test_the_settings_planner_says_the_scales(qtbot, make_window) -> None:
     if capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware()):
         pytest.skip("this machine can't run fp8 (no AVX-512 or AMX): the dialog offers only 'auto'")
     window = make_window(None, Settings(engine=EngineConfig(kv_cache_dtype="fp8_e4m3")))
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     assert "scales 1.0 (uncalibrated)" in dialog.planner_view.toPlainText()
     dialog.reject()

@@ -37,7 +37,7 @@ def test_cpu_first_run_downloads_a_reasoning_model_and_starts_the_real_engine_on
     with LocalHub([HubRepo.from_folder(STAND_IN, require_embedded_model())]) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         window = make_window(EngineHost(), Settings(), start=False)  # what app_main does on a first run
-        dialog = window.menus.open_model_chooser(first_run=True)
+        dialog = window.dialogs.open_model_chooser(first_run=True)
         item = dialog.item_for(STAND_IN)
         dialog.model_list.setCurrentItem(item)
         assert "tok/s" in item.text() and "Think switch" in item.text()

@@ -41,7 +41,7 @@ def test_bad_model_path_is_named_and_the_app_stays_usable(qtbot, make_window, tm
     assert not window.controls.send_button.isEnabled()
     window.conversation_list.new_button.click()  # still usable
     assert window.conversation_list.count() == 2
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     assert "not a model folder" in dialog.errors[("engine", "model")].text() or kind == "broken config"
     dialog.reject()
 

@@ -20,9 +20,10 @@ SETTINGS_SAMPLING = SamplingConfig(temperature=0.0, think_budget=1024, max_token
 
 
 def reply(host: EngineHost, conversation: Conversation, rid: str) -> Finished:
-    sampling = chat_sampling(conversation, SETTINGS_SAMPLING, PRESETS)
-    finished = host.loop_thread.submit(host.stream_to(lambda event: None, chat_messages(conversation, PRESETS),
-                                                      sampling, rid, ignore_eos=True)).result(300)
+    sampling = chat_sampling(conversation.settings, conversation.thinking, SETTINGS_SAMPLING, PRESETS)
+    messages = chat_messages(conversation.settings, conversation.messages(), PRESETS)
+    finished = host.loop_thread.submit(host.stream_to(lambda event: None, messages, sampling, rid,
+                                                      ignore_eos=True)).result(300)
     assert finished is not None and finished.reason in ("stop", "length"), finished
     return finished
 

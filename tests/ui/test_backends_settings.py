@@ -113,7 +113,7 @@ def test_a_remote_profile_added_in_settings_keeps_its_key_out_of_the_file(
     caplog.set_level(logging.DEBUG)  # the openai and httpx loggers too, at their most talkative
     window = make_window(ScriptedEngineDouble())
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=10_000)
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     panel = dialog.backends_panel
     panel.add_button.click()
     url = f"http://127.0.0.1:{closed_port()}/v1"
@@ -167,7 +167,7 @@ def test_the_api_server_from_settings_answers_with_its_token_and_shows_url_and_t
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=10_000)
     assert window.controller.api_server is None, "off by default"
     port = free_port()
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     panel = dialog.api_server_panel
     panel.enabled.setChecked(True)
     panel.port.setValue(port)
@@ -290,13 +290,13 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     window = make_window(build_engine(settings.backends, keys), settings, start=False, keys=keys)
     assert window.controller.bridge.engine._api_key == "sk-old"
 
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     qtbot.keyClicks(dialog.backends_panel.key_edit, SECRET)
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
     qtbot.waitUntil(lambda: getattr(window.controller.bridge.engine, "_api_key", None) == SECRET, timeout=10_000)
     qtbot.waitUntil(window.banner.isVisible, timeout=10_000)  # the new engine tried its closed port
 
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     panel = dialog.backends_panel
     panel.name_edit.setText("")
     qtbot.keyClicks(panel.name_edit, "big-box")
@@ -307,7 +307,7 @@ def test_a_new_key_alone_rebuilds_the_engine_and_renames_and_removals_follow_the
     qtbot.waitUntil(lambda: getattr(window.controller.bridge.engine, "backend_name", "") == "big-box", timeout=10_000)
     qtbot.waitUntil(lambda: "profile “big-box”" in window.banner.text(), timeout=10_000)
 
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     panel = dialog.backends_panel
     panel.add_button.click()  # "remote-1", on the same closed port
     panel.url_edit.setText("")

@@ -48,7 +48,7 @@ def open_dialog(qtbot, make_window, settings: Settings | None = None) -> tuple[A
 a for menu in window.menuBar().actions() if menu.text() == "&Engine"
                   for a in menu.menu().actions() if a.text() == "Measure &FP8…")
     action.trigger()
-    dialog = window.menus.measure_dialog
+    dialog = window.dialogs.measure_dialog
     assert dialog is not None and dialog.isVisible() and not dialog.isModal()
     return window, dialog
 
@@ -196,7 +196,7 @@ def test_closing_the_dialog_mid_job_leaves_no_process(qtbot, make_window) -> Non
     pgid, grandchild = start_grandchild_job(qtbot, dialog.calibration)
     dialog.close()
     assert group_alive(pgid) == []
-    assert window.menus.measure_dialog is None or not window.menus.measure_dialog.isVisible()
+    assert window.dialogs.measure_dialog is None or not window.dialogs.measure_dialog.isVisible()
 
 
 def test_closing_the_main_window_mid_job_leaves_no_process(qtbot, make_window) -> None:

@@ -96,7 +96,7 @@ def test_apply_saves_and_restarts_the_engine_cancel_does_nothing(qtbot, make_win
     engine = ScriptedEngineDouble()
     window = make_window(engine)
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     dialog.editors[("sampling", "temperature")].setValue(0.3)
     button(dialog, QDialogButtonBox.StandardButton.Apply).click()
     assert window.controller.settings.sampling.temperature == 0.3
@@ -109,7 +109,7 @@ def test_apply_saves_and_restarts_the_engine_cancel_does_nothing(qtbot, make_win
     saved = json.loads((load_settings.__globals__["settings_path"]()).read_text())
     assert saved["engine"]["max_model_len"] == 1024
 
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     assert dialog.editors[("engine", "max_model_len")].value() == 1024, "the dialog shows the saved values"
     dialog.editors[("engine", "max_model_len")].setValue(3000)
     button(dialog, QDialogButtonBox.StandardButton.Cancel).click()

@@ -204,7 +204,7 @@ def test_when_the_dialog_is_offered(monkeypatch) -> None:
 
 def test_the_menu_opens_it_and_a_choice_is_saved_and_started(qtbot, make_window) -> None:
     window = make_window()
-    dialog = window.menus.open_model_chooser()
+    dialog = window.dialogs.open_model_chooser()
     assert dialog.isVisible()
     with qtbot.waitSignal(dialog.accepted):
         dialog.choose_local_folder(require_embedded_model())
@@ -215,7 +215,7 @@ def test_the_menu_opens_it_and_a_choice_is_saved_and_started(qtbot, make_window)
 def test_first_run_closed_without_a_choice_saves_and_starts_the_embedded_model(qtbot, make_window) -> None:
     window = make_window(start=False)  # what app_main does on a GPU machine's first run
     assert not settings_path().exists()
-    dialog = window.menus.open_model_chooser(first_run=True)
+    dialog = window.dialogs.open_model_chooser(first_run=True)
     dialog.close_button.click()  # "Later"
     qtbot.waitUntil(lambda: window.controller.engine_ready, timeout=30_000)
     assert settings_path().exists() and load_settings()[0].engine.model == "", "not asked again next start"

@@ -79,7 +79,7 @@ def test_focus_prompt_and_new_conversation_keys_act_on_the_window(qtbot, make_wi
 def test_keyboard_shortcuts_lists_every_action_with_its_keys(qtbot, make_window) -> None:
     """Bug caught: a shortcut list written by hand that forgets the newest action or shows a stale key."""
     window = make_window(ScriptedEngineDouble(), start=False)
-    dialog = window.menus.open_shortcuts()
+    dialog = window.dialogs.open_shortcuts(shortcut_rows())
     qtbot.waitExposed(dialog)
     shown = [tuple(dialog.table.item(r, c).text() for c in range(3)) for r in range(dialog.table.rowCount())]
     assert shown == shortcut_rows() and len(shown) == len(ACTIONS)

@@ -62,9 +62,9 @@ def test_export_writes_markdown_and_json(qtbot, make_window, tmp_path) -> None:
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
     with qtbot.waitSignal(window.reply_finished, timeout=10_000):
         window.send("2+3?")
-    markdown = window.menus.export_conversation("md", str(tmp_path / "chat.md")).read_text()
+    markdown = window.dialogs.export_conversation("md", str(tmp_path / "chat.md")).read_text()
     assert "## You\n\n2+3?" in markdown and "**5**" in markdown
-    data = json.loads(window.menus.export_conversation("json", str(tmp_path / "chat.json")).read_text())
+    data = json.loads(window.dialogs.export_conversation("json", str(tmp_path / "chat.json")).read_text())
     assert data["messages"][0]["answer"] == "**5**" and data["messages"][0]["thinking"] == "add"
 
 
@@ -114,11 +114,11 @@ def test_import_action_lists_and_shows_the_chat_and_a_bad_file_is_named(qtbot, m
     source.branch_at(0, "q1 edited").answer = "a1 edited"
     good = tmp_path / "chat.json"
     good.write_text(export_json(source), encoding="utf-8")
-    [imported] = window.menus.import_conversations(str(good))
+    [imported] = window.dialogs.import_conversations(str(good))
     assert window.session.conversation is imported and window.chat_view.answer_pane.text() == "a1 edited"
     assert imported.siblings(0) == (1, 2) and window.conversation_list.count() == 2
     bad = tmp_path / "bad.json"
     bad.write_text('{"messages": "no"}')
-    assert window.menus.import_conversations(str(bad)) == []
+    assert window.dialogs.import_conversations(str(bad)) == []
     assert window.banner.isVisible() and 'no "messages" list' in window.banner.text()
     assert window.conversation_list.count() == 2 and len(HistoryStore().conversations()) == 2

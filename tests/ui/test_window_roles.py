@@ -1,7 +1,7 @@
 """MainWindow is layout and wiring: it forwards nothing to the objects that own the state.
 
 Tests, benches and dialogs reach the controller (engine, settings), the session (conversations, the reply),
-the menus (dialogs) and the widgets that own their state. A forwarder on the window (``window.settings``
+the dialogs, the menus and the widgets that own their state. A forwarder on the window (``window.settings``
 returning ``controller.settings``, ``window.thinking_pane`` aliasing ``chat_view.thinking_pane``) gives
 every caller two ways in, and the next change updates one of them.
 """
@@ -74,11 +74,11 @@ def test_the_check_finds_a_forwarder_and_an_alias() -> None:
     source = MAIN_WINDOW.read_text().replace(
         "    def refresh_state(self) -> None:",
         "    @property\n    def settings(self):\n        return self.controller.settings\n\n"
-        "    def open_settings(self):\n        return self.menus.open_settings()\n\n"
+        "    def open_settings(self):\n        return self.dialogs.open_settings()\n\n"
         "    def refresh_state(self) -> None:", 1)
     alias = "        self.answer_pane = self.chat_view.answer_pane\n"
     source = source.replace("        self.banner = ErrorBanner()", alias + "        self.banner = ErrorBanner()", 1)
-    assert sorted(forwarders(source)) == ["open_settings → self.menus.open_settings",
+    assert sorted(forwarders(source)) == ["open_settings → self.dialogs.open_settings",
                                           "self.answer_pane = self.chat_view.answer_pane",
                                           "settings → self.controller.settings"]
 

@@ -103,7 +103,7 @@ def test_settings_tools_tab_adds_lists_and_switches_tools(qtbot, make_window) ->
     """Bug caught: a remote URL accepted as a tool server, a server's tools not listed, or a switched-off tool
     still offered to the model after Apply."""
     window = make_window(ToolCallingScriptedDouble([Script(["plain"])]))
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     tab = dialog.tools_tab
     tab.name_edit.setText("far")
     tab.line_edit.setText("http://198.51.100.7:8000/mcp")
@@ -152,7 +152,7 @@ def test_a_server_only_tried_in_settings_ends_on_cancel(qtbot, make_window) -> N
     """Bug caught: a server connected with "Connect and list tools" left running (and its tools one step
     from being offered) after the dialog is cancelled: commands must come only from saved settings."""
     window = make_window(ToolCallingScriptedDouble([]))
-    dialog = window.menus.open_settings()
+    dialog = window.dialogs.open_settings()
     tab = dialog.tools_tab
     tab.name_edit.setText("demo")
     tab.line_edit.setText(f"{sys.executable} {DEMO.args[0]}")

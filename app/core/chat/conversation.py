@@ -11,11 +11,9 @@ import os
 import uuid
 from copy import deepcopy
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from app.core.chat.chat_settings import ChatSettings
-
+from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.images import ImagePart, with_images
 
 # A chat message in OpenAI's shape: {"role", "content"}; an assistant's may also carry "tool_calls"

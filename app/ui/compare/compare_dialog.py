@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QCloseEvent
@@ -18,13 +17,10 @@ from qasync import asyncSlot
 from shiboken6 import isValid
 
 from app.core.chat.conversation import Conversation
-from app.core.settings.settings import SamplingConfig, changed
+from app.core.settings.settings import SamplingConfig
 from app.core.steering.compare import MAX_VARIANTS, MIN_VARIANTS, Variant
 from app.ui.compare.compare_columns import VariantColumn, VariantPicker
 from app.ui.compare.compare_runner import CompareRunner
-
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
 
 DEFAULT_ROWS = (("Think off", 0.0), ("Budget", 256.0), ("Unlimited", 0.0), ("None", 0.6))
 
@@ -131,19 +127,3 @@ class CompareDialog(QDialog):
             asyncio.ensure_future(self.runner.stop())
         super().reject()
 
-
-def open_compare(window: MainWindow) -> CompareDialog | None:
-    """Compare… on the shown chat's last question, when no reply runs and the engine is ready."""
-    session, controller = window.session, window.controller
-    conversation = session.conversation
-    if session.streaming or not controller.engine_ready or not conversation.turns:
-        window.show_notice("Compare needs a question in the chat, the engine ready and no reply running.")
-        return None
-    runner = CompareRunner(controller.bridge, session.history)
-    sampling = changed(controller.settings.sampling, thinking=conversation.thinking)  # the chat's Think switch
-    dialog = CompareDialog(runner, conversation, sampling, parent=window)
-    runner.setParent(dialog)
-    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    dialog.finished.connect(lambda _result: session.store.current_changed.emit(session.store.current_row))
-    dialog.open()
-    return dialog

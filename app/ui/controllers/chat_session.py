@@ -120,12 +120,12 @@ class ChatSession(ReplyContinuations, QObject):
         self.reply.edits = list(turn.thinking_edits)
         self.reply.begin(turn.backend, *kept)
         presets = self.controller.settings.presets
-        conversation.settings = effective(conversation, presets)  # frozen at its first reply: edits don't reach it
+        chat = conversation.settings = effective(conversation.settings, presets)  # frozen at its first reply
         self.store.start_turn(turn)
         self._partial_timer.start()
         self.state_changed.emit()
         # This chat's values and Think switch, on whatever sampling this reply runs with (Continue anyway: guard warns).
-        sampling = chat_sampling(conversation, sampling or self.controller.settings.sampling, presets)
+        sampling = chat_sampling(chat, conversation.thinking, sampling or self.controller.settings.sampling, presets)
         if warning := sampling_warning(sampling, model_family(ready.model if ready else "")):
             self.notice.emit(warning)
         await self._generate(conversation, sampling, resume, self.tool_choice)
@@ -136,7 +136,8 @@ class ChatSession(ReplyContinuations, QObject):
         offered = self._offered_tools(conversation)
         if self.tool_loop is not None:  # calls sent back for a request that allowed none never run
             self.tool_loop.sent_choice = tool_choice if offered else None
-        messages = chat_messages(conversation, self.controller.settings.presets)  # the preset's system prompt first
+        messages = chat_messages(conversation.settings, conversation.messages(),  # the preset's system prompt first
+                                 self.controller.settings.presets)
         await self.feed.run(messages, sampling, resume, [tool.openai() for tool in offered] or None,
                             tool_choice if offered else None)
 
@@ -174,7 +175,8 @@ class ChatSession(ReplyContinuations, QObject):
         self.feed.new_request()
         self.reply.continue_after_tools()
         self.state_changed.emit()
-        sampling = chat_sampling(conversation, self.controller.settings.sampling, self.controller.settings.presets)
+        sampling = chat_sampling(conversation.settings, conversation.thinking, self.controller.settings.sampling,
+                                 self.controller.settings.presets)
         rounds = len(conversation.turns[-1].tool_rounds)
         choice = self.tool_loop.next_choice(self.tool_choice, rounds, self.feed.answer_now_next)
         await self._generate(conversation, sampling, None, choice)

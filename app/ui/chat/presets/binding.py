@@ -54,17 +54,17 @@ class ChatSettingsBinding(QObject):
         self.refresh()
 
     def choose_budget(self, budget: int) -> None:
-        chat = effective(self.session.conversation, self.controller.settings.presets)
+        chat = effective(self.session.conversation.settings, self.controller.settings.presets)
         self.session.store.set_chat_settings(chat.with_budget(budget))
         self.refresh()
 
     def refresh(self) -> None:
         conversation = self.session.conversation
         presets = self.controller.settings.presets
-        chat = effective(conversation, presets)
+        chat = effective(conversation.settings, presets)
         self.controls.preset_choice.show_chat(presets, conversation.settings)
         self.controls.preset_choice.setEnabled(not self.session.streaming)
-        budget = chat_budget(conversation, self.controller.settings.sampling, presets)
+        budget = chat_budget(conversation.settings, self.controller.settings.sampling, presets)
         self.controls.budget_choice.show_budget(budget)
         if (effort := budget_effort(budget)) is not None:
             effort_choice = self.controls.effort_choice

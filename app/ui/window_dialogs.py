@@ -1,23 +1,27 @@
-"""The main window's menu bar, built from the action table (app.ui.actions), and what its entries open:
-Settings, the model chooser, Measure FP8…, conversation export, the shortcut list and the log folder. The
-dialogs get the objects that own the state (the engine controller, the chat session, the tool servers, the
-gauges), never the window's internals; each dialog changes settings through ``EngineController.apply_settings``.
+"""What the main window's menu entries open: Settings, the model chooser, Measure FP8…, Compare…, the search,
+conversation export and import, the shortcut list and the log folder. The dialogs get the objects that own the
+state (the engine controller, the chat session, the tool servers, the gauges), never the window's internals; each
+dialog changes settings through ``EngineController.apply_settings``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QUrl
-from PySide6.QtGui import QAction, QDesktopServices
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QFileDialog, QMainWindow
 
 from app.core.chat.conversation import Conversation
 from app.core.chat.history_import import ImportProblem, export_json, export_markdown
+from app.core.chat.history_search import SearchHit
 from app.core.settings import paths
-from app.ui.actions import ACTIONS, BY_ID, MENUS, Action, shortcut_rows
+from app.core.settings.settings import changed
 from app.ui.chat.gauges import GaugeBar
+from app.ui.chat.panes import ErrorBanner
+from app.ui.compare.compare_dialog import CompareDialog
+from app.ui.compare.compare_runner import CompareRunner
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
 from app.ui.controllers.tools_controller import ToolsController
@@ -27,44 +31,23 @@ from app.ui.dialogs.settings_dialog import SettingsDialog
 from app.ui.dialogs.shortcuts_dialog import ShortcutsDialog
 from app.ui.dialogs.welcome_dialog import WelcomeDialog
 
-if TYPE_CHECKING:
-    from app.ui.main_window import MainWindow
 
+class WindowDialogs(QObject):
+    """The dialogs the menus open, as ``window``'s children. The window hands over the roles they work on, its
+    error banner and notice line, and where a chosen search result goes (``open_hit``)."""
 
-class WindowMenus(QObject):
-    """The menu bar built from the action table (app.ui.actions); the dialogs it opens are ``window``'s children.
-
-    ``actions`` holds each action's QAction by id; ``trigger(id)`` fires it as a click or its shortcut would.
-    """
-
-    def __init__(self, window: MainWindow, controller: EngineController, session: ChatSession,
-                 tools: ToolsController, gauges: GaugeBar) -> None:
+    def __init__(self, window: QMainWindow, controller: EngineController, session: ChatSession,
+                 tools: ToolsController, gauges: GaugeBar, banner: ErrorBanner,
+                 open_hit: Callable[[SearchHit], object], show_notice: Callable[[str], object]) -> None:
         super().__init__(window)
         self.window = window
         self.controller, self.session, self.tools, self.gauges = controller, session, tools, gauges
+        self.banner, self.open_hit, self.show_notice = banner, open_hit, show_notice
         self.measure_dialog: MeasureDialog | None = None
-        self.table = dict(BY_ID)  # id → Action: what each QAction runs, looked up when it fires
-        self.actions: dict[str, QAction] = {}
-        for menu_name in MENUS:
-            menu = window.menuBar().addMenu(f"&{menu_name}")
-            for action in ACTIONS:
-                if action.menu == menu_name:
-                    menu.addAction(self._action(action))
 
-    def _action(self, action: Action) -> QAction:
-        qaction = QAction(action.title, self.window)
-        qaction.setObjectName(action.id)
-        qaction.setShortcut(action.keys())
-        qaction.triggered.connect(lambda _checked=False, key=action.id: self.table[key].handler(self.window))
-        self.actions[action.id] = qaction
-        return qaction
-
-    def trigger(self, action_id: str) -> None:
-        """Run an action by id through its QAction: a disabled one does nothing, as for the user."""
-        self.actions[action_id].trigger()
-
-    def open_shortcuts(self) -> ShortcutsDialog:
-        dialog = ShortcutsDialog(shortcut_rows(), parent=self.window)
+    def open_shortcuts(self, rows: list[tuple[str, str, str]]) -> ShortcutsDialog:
+        """Help → Keyboard shortcuts: ``rows`` are (menu, title, keys), as the action table lists them."""
+        dialog = ShortcutsDialog(rows, parent=self.window)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog
@@ -73,7 +56,7 @@ class WindowMenus(QObject):
         """Ctrl+K: the history's search; a chosen result opens its conversation at its message, on its branch."""
         history = self.session.history
         dialog = SearchDialog(lambda query, thinking: history.search(query, thinking=thinking), parent=self.window)
-        dialog.chosen.connect(self.window.conversation_actions.open_hit)
+        dialog.chosen.connect(self.open_hit)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog
@@ -118,6 +101,22 @@ class WindowMenus(QObject):
         self.measure_dialog.activateWindow()
         return self.measure_dialog
 
+    def open_compare(self) -> CompareDialog | None:
+        """Compare… on the shown chat's last question, when no reply runs and the engine is ready."""
+        session, controller = self.session, self.controller
+        conversation = session.conversation
+        if session.streaming or not controller.engine_ready or not conversation.turns:
+            self.show_notice("Compare needs a question in the chat, the engine ready and no reply running.")
+            return None
+        runner = CompareRunner(controller.bridge, session.history)
+        sampling = changed(controller.settings.sampling, thinking=conversation.thinking)  # the chat's Think switch
+        dialog = CompareDialog(runner, conversation, sampling, parent=self.window)
+        runner.setParent(dialog)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.finished.connect(lambda _result: session.store.current_changed.emit(session.store.current_row))
+        dialog.open()
+        return dialog
+
     def close_measure_dialog(self) -> None:
         if self.measure_dialog is not None:
             self.measure_dialog.close()  # ends its jobs' process groups
@@ -146,8 +145,8 @@ class WindowMenus(QObject):
         try:
             imported = self.session.store.import_file(Path(path))
         except ImportProblem as problem:
-            self.window.banner.show_problem(f"Import failed: {problem}", "Nothing was imported; the history is as it "
-                                            "was. Fix the file, or choose another.")
+            self.banner.show_problem(f"Import failed: {problem}", "Nothing was imported; the history is as it "
+                                     "was. Fix the file, or choose another.")
             return []
         self.window.statusBar().showMessage(f"Imported {len(imported)} conversation(s) from {path}", 5000)
         return imported
