@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from app.core.loop_thread import LoopThread
+from app.core.safe_files import safe_file_name
 from app.core.settings import paths
 from app.core.settings.settings import ToolServer, loopback_url_problem, tool_key
 
@@ -154,7 +155,8 @@ def _server_log(name: str) -> TextIO:
     """The server's stderr goes to its own log file, not into Nalar's terminal or the model."""
     folder = paths.log_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    return open(Path(folder) / f"mcp-{name}.log", "a", encoding="utf-8")  # noqa: SIM115 - closed by the stack
+    log_name = f"mcp-{safe_file_name(name, 'server')}.log"  # a server's name is free text: never a path
+    return open(Path(folder) / log_name, "a", encoding="utf-8")  # noqa: SIM115 - closed by the stack
 
 
 def _leaf(exc: BaseException) -> BaseException:

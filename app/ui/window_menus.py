@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.core.chat.conversation import Conversation
 from app.core.chat.history_import import ImportProblem, export_json, export_markdown
+from app.core.safe_files import safe_file_name
 from app.core.settings import paths
 from app.ui.actions import ACTIONS, BY_ID, MENUS, Action, shortcut_rows
 from app.ui.chat.gauges import GaugeBar
@@ -125,7 +126,8 @@ class WindowMenus(QObject):
     def export_conversation(self, kind: str, path: str | None = None) -> Path | None:
         conversation = self.session.conversation
         if path is None:
-            suggested = str(Path.home() / f"{conversation.title[:40] or 'conversation'}.{kind}")
+            # The title may come from an imported file: one plain name, never a path of its own.
+            suggested = str(Path.home() / f"{safe_file_name(conversation.title[:40], 'conversation')}.{kind}")
             path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", suggested,
                                                   "Markdown (*.md)" if kind == "md" else "JSON (*.json)")
             if not path:

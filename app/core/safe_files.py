@@ -1,0 +1,90 @@
+"""Files whose names or nature come from outside: where a name a server gives may be written, and how a
+file the user hands over is read without trusting what it is.
+
+``safe_child`` is the one check for a name from outside (a hub's or a mirror's file listing, a title turned
+into a file name): a server that lists ``../../.bashrc`` must not decide where Nalar writes. ``read_regular``
+reads a file the user picked or dropped: a symlink to ``/dev/zero`` or a FIFO named ``notes.txt`` is refused,
+not read until memory runs out or waited on for ever.
+
+Stdlib only: core/chat and core/models both use it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import unicodedata
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+MAX_PART_BYTES = 255  # one path component, in bytes (ext4, btrfs, NTFS in UTF-16 units)
+MAX_NAME_CHARS = 4096  # a whole relative name (Linux's PATH_MAX)
+_UNSAFE_IN_FILE_NAME = re.compile(r'[\x00-\x1f\x7f-\x9f/\\:*?"<>|]+')
+
+
+class UnsafeName(ValueError):
+    """A file name from outside that Nalar refuses to write: ``reason`` says which rule it breaks."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"the file name {name!r} was refused: {reason}")
+        self.name, self.reason = name, reason
+
+
+def _name_problem(name: object) -> str | None:
+    """Why ``name`` can't be a relative path below a folder, or None. Only the text is looked at."""
+    if not isinstance(name, str) or not name:
+        return "it is empty" if name == "" else "it is not text"
+    if len(name) > MAX_NAME_CHARS:
+        return f"it is longer than {MAX_NAME_CHARS} characters"
+    if any(unicodedata.category(char) in ("Cc", "Cs") for char in name):
+        return "it holds a control character (NUL, a newline…) or an unpaired surrogate"
+    if "\\" in name:
+        return "it holds a backslash (a Windows path separator)"
+    if name.startswith("/") or PurePosixPath(name).is_absolute():
+        return "it is an absolute path"
+    windows = PureWindowsPath(name)
+    if windows.drive or windows.root:
+        return "it names a drive or a network share"
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "it has an empty, '.' or '..' part"
+    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_PART_BYTES for part in parts):
+        return f"a part of it is longer than {MAX_PART_BYTES} bytes"
+    return None
+
+
+def safe_child(root: Path, name: str) -> Path:
+    """``root / name`` for a ``/``-separated relative name from outside, or UnsafeName naming it.
+
+    Refused: an absolute path, a drive or share, a ``..`` (or ``.`` or empty) part, a backslash, NUL and other
+    control characters, and a symlink anywhere below ``root`` on the way (each existing part is checked with
+    lstat, the last one too, so a link planted in the folder can't send a write elsewhere). The result, resolved,
+    must lie inside ``root`` resolved. ``root`` itself may be (or sit under) a symlink: that is the user's choice.
+    """
+    if (problem := _name_problem(name)) is not None:
+        raise UnsafeName(str(name), problem)
+    parts = name.split("/")
+    at = Path(root)
+    for part in parts:
+        at = at / part
+        try:
+            mode = os.lstat(at).st_mode
+        except FileNotFoundError:
+            break  # nothing below a missing part exists either
+        except OSError as exc:
+            raise UnsafeName(name, f"{at} can't be checked ({exc.strerror or exc})") from None
+        if stat.S_ISLNK(mode):
+            raise UnsafeName(name, f"{at.relative_to(root)} is a symbolic link")
+    target = Path(root).joinpath(*parts)
+    inside = Path(root).resolve()
+    if not target.resolve().is_relative_to(inside):
+        raise UnsafeName(name, f"it leads outside {root}")
+    return target
+
+
+def safe_file_name(text: str, fallback: str, *, max_chars: int = 80) -> str:
+    """One path component made from free text (a conversation's title for an export's suggested name): separators,
+    control characters and characters Windows forbids become ``-``; nothing left gives ``fallback``."""
+    cleaned = _UNSAFE_IN_FILE_NAME.sub("-", "".join(c for c in text if unicodedata.category(c) != "Cs"))
+    cleaned = cleaned.strip(" .-")[:max_chars].strip(" .")
+    return cleaned if cleaned and _name_problem(cleaned) is None else fallback
