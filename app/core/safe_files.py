@@ -30,6 +30,22 @@ class UnsafeName(ValueError):
         self.name, self.reason = name, reason
 
 
+class NotRegularFile(ValueError):
+    """Not a plain file (a FIFO, a device such as /dev/zero, a socket, a folder): never read."""
+
+    def __init__(self, name: str, kind: str) -> None:
+        super().__init__(f"{name} is {kind}, not a regular file")
+        self.name, self.kind = name, kind
+
+
+class FileTooLarge(ValueError):
+    """More than the caller's limit; ``size`` is what the file said it holds (or the bytes seen past the limit)."""
+
+    def __init__(self, name: str, size: int, limit: int) -> None:
+        super().__init__(f"{name} holds {size} bytes, over the {limit} read")
+        self.name, self.size, self.limit = name, size, limit
+
+
 def _name_problem(name: object) -> str | None:
     """Why ``name`` can't be a relative path below a folder, or None. Only the text is looked at."""
     if not isinstance(name, str) or not name:
@@ -88,3 +104,44 @@ def safe_file_name(text: str, fallback: str, *, max_chars: int = 80) -> str:
     cleaned = _UNSAFE_IN_FILE_NAME.sub("-", "".join(c for c in text if unicodedata.category(c) != "Cs"))
     cleaned = cleaned.strip(" .-")[:max_chars].strip(" .")
     return cleaned if cleaned and _name_problem(cleaned) is None else fallback
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a plain file"
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``limit`` of them, else FileTooLarge.
+
+    Opened with O_NONBLOCK (opening a FIFO would otherwise wait for a writer for ever), then checked with fstat
+    on what was opened, not on the name (a symlink to /dev/zero is a device there): anything but a regular file
+    is NotRegularFile. At most ``limit`` + 1 bytes are read, so a file that grows past its size is caught too.
+    OSError when it can't be opened or read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularFile(path.name, _kind(info.st_mode))
+        if info.st_size > limit:
+            raise FileTooLarge(path.name, info.st_size, limit)
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise FileTooLarge(path.name, max(info.st_size, len(data)), limit)
+        return data
+    finally:
+        os.close(fd)
