@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFileDialog
 
 from app.core.chat.conversation import Conversation
 from app.core.chat.history_import import ImportProblem, export_json, export_markdown
+from app.core.chat.history_search import HistorySearch
 from app.core.safe_files import safe_file_name
 from app.core.settings import paths
 from app.ui.actions import ACTIONS, BY_ID, MENUS, Action, shortcut_rows
@@ -73,7 +74,9 @@ class WindowMenus(QObject):
     def open_search(self) -> SearchDialog:
         """Ctrl+K: the history's search; a chosen result opens its conversation at its message, on its branch."""
         history = self.session.history
-        dialog = SearchDialog(lambda query, thinking: history.search(query, thinking=thinking), parent=self.window)
+        dialog = SearchDialog(lambda query, thinking: HistorySearch(history.path, query, thinking=thinking,
+                                                                    busy_timeout_s=history.busy_timeout_s),
+                              parent=self.window)
         dialog.chosen.connect(self.window.conversation_actions.open_hit)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
