@@ -45,9 +45,11 @@ INSIDE = {
     "engine.base": {"engine.reply"} | CONTRACT,
     "engine.scripted": {"engine.reply", "engine.base"} | CONTRACT,
     "core.settings": {"core.settings"},
-    "core.chat": {"core.chat", "core.settings", "core.priority"},  # priority: a leaf (stdlib only) for its writer
+    "core.chat": {"core.chat", "core.settings", "core.priority", "core.safe_files"},  # leaves (stdlib only)
     "core.steering": {"core.steering", "core.chat", "core.settings"},  # builds on conversations, never under them
-    "core.models": {"core.models", "core.settings"},
+    "core.models": {"core.models", "core.settings", "core.safe_files"},
+    # Where a name from outside may be written, how a handed-over file is read: a leaf every writer can use.
+    "core.safe_files": {"core.safe_files"},
     "core.measure": {"core.measure", "core.models", "core.settings"},
     # Controllers hold state and talk to the engine; they build no widget.
     "ui.controllers": {"ui.controllers"},

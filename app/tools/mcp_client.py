@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 from app.core.loop_thread import LoopThread
+from app.core.safe_files import safe_file_name
 from app.core.settings import paths
 from app.core.settings.settings import ToolServer, loopback_url_problem, tool_key
 
@@ -153,7 +154,8 @@ def _loopback_http_client() -> Any:
 def _server_log(name: str) -> TextIO:
     """The server's stderr goes to its own log file, not into Nalar's terminal or the model."""
     folder = paths.private_dir(paths.log_dir())
-    return open(Path(folder) / f"mcp-{name}.log", "a", encoding="utf-8",  # noqa: SIM115 - closed by the stack
+    log_name = f"mcp-{safe_file_name(name, 'server')}.log"  # a server's name is free text: never a path
+    return open(Path(folder) / log_name, "a", encoding="utf-8",  # noqa: SIM115 - closed by the stack
                 opener=paths.private_opener)
 
 

@@ -15,7 +15,8 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow
 
 from app.core.chat.conversation import Conversation
 from app.core.chat.history_import import ImportProblem, export_json, export_markdown
-from app.core.chat.history_search import SearchHit
+from app.core.chat.history_search import HistorySearch, SearchHit
+from app.core.safe_files import safe_file_name
 from app.core.settings import paths
 from app.core.settings.settings import changed
 from app.ui.chat.gauges import GaugeBar
@@ -55,7 +56,9 @@ class WindowDialogs(QObject):
     def open_search(self) -> SearchDialog:
         """Ctrl+K: the history's search; a chosen result opens its conversation at its message, on its branch."""
         history = self.session.history
-        dialog = SearchDialog(lambda query, thinking: history.search(query, thinking=thinking), parent=self.window)
+        dialog = SearchDialog(lambda query, thinking: HistorySearch(history.path, query, thinking=thinking,
+                                                                    busy_timeout_s=history.busy_timeout_s),
+                              parent=self.window)
         dialog.chosen.connect(self.open_hit)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
@@ -124,7 +127,8 @@ class WindowDialogs(QObject):
     def export_conversation(self, kind: str, path: str | None = None) -> Path | None:
         conversation = self.session.conversation
         if path is None:
-            suggested = str(Path.home() / f"{conversation.title[:40] or 'conversation'}.{kind}")
+            # The title may come from an imported file: one plain name, never a path of its own.
+            suggested = str(Path.home() / f"{safe_file_name(conversation.title[:40], 'conversation')}.{kind}")
             path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", suggested,
                                                   "Markdown (*.md)" if kind == "md" else "JSON (*.json)")
             if not path:

@@ -6,6 +6,10 @@
 
 Every GET of a file is logged with its Range, so tests can check that a resumed download asked
 only for the remainder. ``throttle_bytes_per_s`` slows the body down like a real network.
+
+A hostile mirror: ``HubRepo.add_listed`` lists a name exactly as given (``../../x``, ``/abs/x``, a NUL) and
+serves its bytes at any path that ends in the name's last part, since a client's URL handling folds ``..``
+away and a hostile server answers whatever it is asked.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CHUNK = 64 * 1024
@@ -37,6 +42,7 @@ class HubRepo:
     folder: Path
     files: dict[str, Path] = field(default_factory=dict)
     etags: dict[str, str] = field(default_factory=dict)
+    anywhere: set[str] = field(default_factory=set)  # names served at any path ending in their last part
 
     @classmethod
     def from_folder(cls, repo_id: str, folder: Path) -> HubRepo:
@@ -44,6 +50,16 @@ class HubRepo:
         # The hub's ETag of an LFS file is its sha256; a cheap stand-in does here (size and name).
         etags = {name: hashlib.sha256(f"{name}:{p.stat().st_size}".encode()).hexdigest() for name, p in files.items()}
         return cls(repo_id, folder, files, etags)
+
+    def add_listed(self, name: str, source: Path) -> None:
+        """List ``name`` as given, with ``source``'s bytes: what a hostile mirror can say."""
+        self.files[name] = source
+        self.etags[name] = hashlib.sha256(f"listed:{name}".encode("utf-8", "surrogatepass")).hexdigest()
+        self.anywhere.add(name)
+
+    def listed_at(self, path: str) -> str | None:
+        tail = path.rsplit("/", 1)[-1]
+        return next((name for name in sorted(self.anywhere) if name.rsplit("/", 1)[-1] == tail), None)
 
 
 class LocalHub:
@@ -96,8 +112,14 @@ class LocalHub:
         if api and not head:
             return self.model_info(request, api.group(1))
         resolve = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        filename = unquote(resolve.group(3)) if resolve else ""
+        if resolve and filename in getattr(self.repos.get(resolve.group(1)), "files", {}):
+            return self.resolve(request, resolve.group(1), filename, head)
+        for repo in self.repos.values():
+            if (listed := repo.listed_at(unquote(path))) is not None:
+                return self.resolve(request, repo.repo_id, listed, head)
         if resolve:
-            return self.resolve(request, resolve.group(1), resolve.group(3), head)
+            return self.resolve(request, resolve.group(1), filename, head)
         if path == "/":
             return self.reply(request, 200, b"local hub", head=head)
         return self.reply(request, 404, b'{"error": "not found"}', head=head)

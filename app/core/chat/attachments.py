@@ -7,10 +7,14 @@ file has moved or changed. PDFs are read with pypdf; a PDF without a text layer 
 from __future__ import annotations
 
 import codecs
+import io
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-MAX_FILE_BYTES = 32 * 1024 * 1024  # larger files are never read whole into the window
+from app.core.safe_files import FileTooLarge, NotRegularFile, read_regular
+
+MAX_FILE_BYTES = 32 * 1024 * 1024  # larger files are refused; at most this + 1 bytes are ever read
 SNIFF_BYTES = 8192
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
@@ -33,25 +37,25 @@ class AttachmentError(ValueError):
 
 
 def _decoded(name: str, data: bytes) -> str:
-    for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            return data.decode(encoding)
-    if b"\x00" in data[:SNIFF_BYTES]:
+    """The text, or AttachmentError for any bytes that don't decode (a BOM followed by bad bytes included)."""
+    encoding = next((encoding for bom, encoding in _BOMS if data.startswith(bom)), None)
+    if encoding is None and b"\x00" in data[:SNIFF_BYTES]:
         raise AttachmentError(name, "this is a binary file, not text",
                               "Attach text, code, Markdown, CSV or PDF files; for an image, use a vision model.")
+    label = {"utf-8-sig": "UTF-8", "utf-16": "UTF-16"}.get(encoding or "", "UTF-8")
     try:
-        return data.decode("utf-8")
+        return data.decode(encoding or "utf-8")
     except UnicodeDecodeError as exc:
-        raise AttachmentError(name, f"this is not UTF-8 text (byte {exc.start} can't be decoded)",
+        raise AttachmentError(name, f"this is not {label} text (byte {exc.start} can't be decoded)",
                               "Save it as UTF-8 and attach it again.") from exc
 
 
-def _pdf_text(name: str, path: Path) -> tuple[str, int]:
+def _pdf_text(name: str, source: Path | BinaryIO) -> tuple[str, int]:
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
     try:
-        reader = PdfReader(path)
+        reader = PdfReader(source)
         if reader.is_encrypted and not reader.decrypt(""):
             raise AttachmentError(name, "this PDF is password-protected", "Save an unprotected copy and attach that.")
         pages = [page.extract_text() or "" for page in reader.pages]
@@ -66,22 +70,26 @@ def _pdf_text(name: str, path: Path) -> tuple[str, int]:
 
 
 def read_attachment(path: Path) -> Attachment:
-    """The text of ``path`` for the model, or an AttachmentError naming why not."""
+    """The text of ``path`` for the model, or an AttachmentError naming why not.
+
+    Only a regular file is read, and at most MAX_FILE_BYTES + 1 of it (``read_regular``): a ``notes.txt`` that
+    links to /dev/zero or /dev/urandom was read until memory ran out, and a FIFO blocked the window for ever."""
     name = path.name
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise AttachmentError(name, f"the file is {size / 2**20:.0f} MiB, over the {MAX_FILE_BYTES >> 20} MiB "
-                                  "Nalar reads", "Attach the part that matters, or a shorter export of it.")
-        with path.open("rb") as file:
-            head = file.read(5)
-        if head == b"%PDF-":
-            text, pages = _pdf_text(name, path)
-            return Attachment(name, size, text, "pdf", pages)
-        return Attachment(name, size, _decoded(name, path.read_bytes()), "text")
+        data = read_regular(path, MAX_FILE_BYTES)
+    except FileTooLarge as exc:
+        raise AttachmentError(name, f"the file is {exc.size / 2**20:.0f} MiB, over the {MAX_FILE_BYTES >> 20} MiB "
+                              "Nalar reads", "Attach the part that matters, or a shorter export of it.") from None
+    except NotRegularFile as exc:
+        raise AttachmentError(name, f"this is {exc.kind}, not a regular file, so it is not read",
+                              "Attach a saved file; for a program's output, save it to a file first.") from None
     except OSError as exc:
         raise AttachmentError(name, f"the file can't be read ({exc.strerror or exc})",
                               "Check that it exists and that you may read it.") from exc
+    if data.startswith(b"%PDF-"):
+        text, pages = _pdf_text(name, io.BytesIO(data))
+        return Attachment(name, len(data), text, "pdf", pages)
+    return Attachment(name, len(data), _decoded(name, data), "text")
 
 
 def question_with_files(question: str, attachments: list[Attachment]) -> str:

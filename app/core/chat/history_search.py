@@ -5,18 +5,29 @@ while a reply streams included) updates them in the same transaction, whichever 
 Titles are ranked by FTS5's bm25(); turns by BM25 among their newest matches (``_turns`` says why).
 Snippets mark the matched words with ``MARK_START`` and ``MARK_END``, control characters no text
 contains, so a view escapes the text first and then turns the marks into highlights.
+
+A query is cleaned and capped before SQLite sees it (``query_terms``), and ``HistorySearch`` runs one search on
+a read-only connection of its own, so the window can run it on a worker thread and interrupt a stale one.
 """
 
 from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 MARK_START, MARK_END = "\x02", "\x03"
 SNIPPET_TOKENS = 12
 CANDIDATES = 300  # turns ranked per search: the newest that match (all of them, for a rarer word)
 MARKED_SPAN = re.compile(f"{MARK_START}(.*?){MARK_END}", re.DOTALL)
+# Each word costs FTS5 a read of its doclist: 10,000 pasted words took 1.9 s, 100,000 over 100 s.
+MAX_QUERY_TERMS = 64
+MAX_QUERY_CHARS = 1_000
+CAP_NOTE = f"only the first {MAX_QUERY_TERMS} words ({MAX_QUERY_CHARS:,} characters) are searched"
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]+")  # a NUL makes SQLite refuse the query
+_SURROGATE = re.compile("[\ud800-\udfff]+")  # unpaired: can't be encoded for SQLite
 
 FTS_SCHEMA = (
     "CREATE VIRTUAL TABLE message_search USING fts5(user_text, answer_text, thinking_text, content='messages', "
@@ -65,10 +76,37 @@ class SearchHit:
         return self.snippet.replace(MARK_START, start).replace(MARK_END, end)
 
 
+@dataclass(frozen=True)
+class QueryTerms:
+    """The words a query searches for, and whether some were left out (``CAP_NOTE`` says which)."""
+
+    words: tuple[str, ...]
+    cut: bool
+
+
+def query_terms(query: str) -> QueryTerms:
+    """The words of ``query`` as SQLite can take them: control characters (a pasted NUL) act as spaces, unpaired
+    surrogates are dropped, and at most MAX_QUERY_TERMS words and MAX_QUERY_CHARS characters are kept."""
+    parts = _SURROGATE.sub("", _CONTROL.sub(" ", query)).split(maxsplit=MAX_QUERY_TERMS)
+    cut = len(parts) > MAX_QUERY_TERMS
+    words: list[str] = []
+    left = MAX_QUERY_CHARS
+    for word in parts[:MAX_QUERY_TERMS]:
+        if left <= 0 or len(word) > left:
+            cut = True
+            if left > 0:
+                words.append(word[:left])
+            break
+        words.append(word)
+        left -= len(word) + 1
+    return QueryTerms(tuple(words), cut)
+
+
 def match_expression(query: str, columns: tuple[str, ...] | None = None, *, prefix: bool = True) -> str:
     """The user's words as an FTS5 query: each a quoted phrase (so ``"``, ``*``, ``-``, ``OR`` and ``:`` are
-    just text), all required, the last one also as a prefix (results while the word is being typed)."""
-    words = ['"' + word.replace('"', '""') + '"' for word in query.split()]
+    just text), all required, the last one also as a prefix (results while the word is being typed). The words
+    are ``query_terms``: cleaned and capped."""
+    words = ['"' + word.replace('"', '""') + '"' for word in query_terms(query).words]
     if not words:
         return ""
     if prefix:
@@ -79,6 +117,7 @@ def match_expression(query: str, columns: tuple[str, ...] | None = None, *, pref
 
 def search(db: sqlite3.Connection, query: str, *, thinking: bool = False, limit: int = 50) -> list[SearchHit]:
     """Titles first (a chat's name is what a user remembers), then turns, each group best first."""
+    query = " ".join(query_terms(query).words)  # cleaned and capped once, before any SQL
     if not (titles := match_expression(query)):
         return []
     hits = [SearchHit(row[0], row[1], None, row[2], row[3]) for row in db.execute(
@@ -140,3 +179,36 @@ def _snippet(texts: tuple[str, ...]) -> str:
     if part.find(MARK_END) < part.find(MARK_START) or (MARK_END in part and MARK_START not in part):
         part = MARK_START + part
     return ("…" if start else "") + part + ("…" if start + SNIPPET_TOKENS < len(words) else "")
+
+
+class HistorySearch:
+    """One search of the history file on a read-only connection of its own, opened and closed by ``run()``, so it
+    can run on a worker thread while the window's connection writes. ``interrupt()``, from any thread, stops it
+    inside SQLite (a stale search as the user types on): ``run()`` then raises sqlite3.OperationalError."""
+
+    def __init__(self, path: Path, query: str, *, thinking: bool = False, limit: int = 50,
+                 busy_timeout_s: float = 10.0) -> None:
+        self.path, self.query, self.thinking, self.limit = path, query, thinking, limit
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        self._interrupted = False
+
+    def run(self) -> list[SearchHit]:
+        with self._lock:
+            if self._interrupted:
+                raise sqlite3.OperationalError("interrupted")
+            uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
+            self._db = db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s)
+        try:
+            return search(db, self.query, thinking=self.thinking, limit=self.limit)
+        finally:
+            with self._lock:
+                self._db = None
+            db.close()
+
+    def interrupt(self) -> None:
+        with self._lock:
+            self._interrupted = True
+            if self._db is not None:
+                self._db.interrupt()

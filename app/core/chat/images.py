@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.safe_files import FileTooLarge, NotRegularFile, read_regular
+
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".gif")
 READ_MIMES = ("image/png", "image/jpeg", "image/webp")  # what reaches the model (a GIF becomes a PNG)
@@ -81,7 +83,7 @@ def image_part(data: bytes, name: str = "") -> ImagePart:
                 image.seek(0)
                 image.convert("RGB").save(out, "PNG")
                 return ImagePart(out.getvalue(), "image/png", name, *size)
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as exc:
         raise ImageRefused("this is not an image Pillow can read", "Send a PNG, JPEG, WebP or GIF.") from exc
     mime = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}.get(fmt)
     if mime is None:
@@ -90,8 +92,16 @@ def image_part(data: bytes, name: str = "") -> ImagePart:
 
 
 def read_image(path: Path) -> ImagePart:
-    """The image at ``path`` (ImageRefused names why not; OSError if it can't be read)."""
-    return image_part(path.read_bytes(), path.name)
+    """The image at ``path`` (ImageRefused names why not; OSError if it can't be read). Only a regular file, and
+    at most MAX_IMAGE_BYTES + 1 of it, is read: a ``.png`` linking to /dev/zero must not fill the memory."""
+    try:
+        return image_part(read_regular(path, MAX_IMAGE_BYTES), path.name)
+    except FileTooLarge as exc:
+        raise ImageRefused(f"the image is {exc.size / 2**20:.0f} MiB, over the {MAX_IMAGE_BYTES >> 20} MiB "
+                           "Nalar sends", "Send a smaller image.") from None
+    except NotRegularFile as exc:
+        raise ImageRefused(f"this is {exc.kind}, not a regular file, so it is not read",
+                           "Attach a saved image file.") from None
 
 
 def image_from_url(url: str) -> ImagePart:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.safe_files import UnsafeName, safe_child
 from app.core.settings import paths
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,26 @@ def _wanted(name: str, allow: tuple[str, ...], ignore: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in allow) and not any(fnmatch.fnmatch(name, p) for p in ignore)
 
 
+def placed_files(target: Path, names: list[str]) -> dict[str, Path]:
+    """Where each listed file goes inside ``target``, or UnsafeName for the first name refused. The listing is
+    the server's word: a mirror (HF_ENDPOINT) that lists ``../../.bashrc`` or ``/etc/…`` must not decide where
+    Nalar writes. Also refused: a name that is another's folder, and Nalar's own records' names."""
+    folders = set()
+    for name in names:
+        at = name.find("/")
+        while at != -1:
+            folders.add(name[:at])
+            at = name.find("/", at + 1)
+    placed = {}
+    for name in names:
+        if name.split("/", 1)[0] in (PARTIAL_DIR, COMPLETE_MARKER, COMPLETE_MARKER + ".tmp"):
+            raise UnsafeName(name, "Nalar keeps its own download records under that name")
+        if name in folders:
+            raise UnsafeName(name, "the listing names it both as a file and as a folder")
+        placed[name] = safe_child(target, name)
+    return placed
+
+
 def _partial_name(filename: str, etag: str) -> str:
     safe_etag = re.sub(r"[^A-Za-z0-9]", "", etag)[:24] or "noetag"
     return f"{filename.replace('/', '--')}.{safe_etag}.incomplete"
@@ -151,16 +172,17 @@ class HubDownload:
             raise DownloadError("Hugging Face downloads are switched off (HF_HUB_OFFLINE is set). "
                                 "Fix: unset HF_HUB_OFFLINE, or use the embedded model or a local folder.")
         commit, files = self._list_files()
+        placed = self._place(list(files))  # every name checked before anything is written
         self._files_total = len(files)
         self._total = sum(files.values())
         self.target.mkdir(parents=True, exist_ok=True)
-        self._done = sum(self._existing_bytes(name, size) for name, size in files.items())
+        self._done = sum(self._existing_bytes(name, placed[name], size) for name, size in files.items())
         self._run_started = time.monotonic()
         log.info("downloading %s@%s from %s: %d files, %d bytes (%d already here)", self.repo_id, commit[:12],
                  self.endpoint, len(files), self._total, self._done)
         for name, size in files.items():
             self._current = name
-            self._fetch(name, size, commit)
+            self._fetch(name, placed[name], size, commit)
             self._files_done += 1
             self._report(force=True)
         marker = {"repo_id": self.repo_id, "commit": commit, "endpoint": self.endpoint, "files": files}
@@ -207,20 +229,26 @@ class HubDownload:
                 "Fix: check the network connection and retry: the download resumes where it stopped. "
                 "Offline, use the embedded model or a local model folder.")
 
-    def _existing_bytes(self, name: str, size: int) -> int:
-        final = self.target / name
+    def _place(self, names: list[str]) -> dict[str, Path]:
+        try:
+            return placed_files(self.target, names)
+        except UnsafeName as exc:
+            raise DownloadError(f"{self.endpoint} listed a file Nalar will not write for {self.repo_id}: {exc}. "
+                                "Nothing was written. Fix: download from a hub you trust (unset HF_ENDPOINT for "
+                                "huggingface.co).") from None
+
+    def _existing_bytes(self, name: str, final: Path, size: int) -> int:
         if final.exists() and final.stat().st_size == size:
             return size
         partials = (self.target / PARTIAL_DIR).glob(f"{name.replace('/', '--')}.*.incomplete")
         return sum(p.stat().st_size for p in partials)
 
-    def _fetch(self, name: str, size: int, commit: str) -> None:
+    def _fetch(self, name: str, final: Path, size: int, commit: str) -> None:
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
         from huggingface_hub.errors import HfHubHTTPError
         from huggingface_hub.file_download import http_get
         from huggingface_hub.utils import build_hf_headers
 
-        final = self.target / name
         if final.exists() and final.stat().st_size == size:
             return
         url = hf_hub_url(self.repo_id, name, revision=commit, endpoint=self.endpoint)
@@ -260,7 +288,7 @@ class HubDownload:
         except Exception as exc:
             raise DownloadError(self._unreachable(exc)) from None
         final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(partial, final)
+        os.replace(partial, self._place([name])[name])  # checked again: no part on the way became a link
 
     # ---- progress ----------------------------------------------------------------------------------
 

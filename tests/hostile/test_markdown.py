@@ -1,0 +1,90 @@
+"""Hostile answers for the Markdown view: maths openers that never close. ``cut_maths`` runs on the GUI thread
+for every answer shown (a reopened chat, each streamed frame), so its work must grow linearly with the text.
+
+Work is counted, not timed: ``CountingText`` is a str that adds up the characters each ``find`` passes over
+and each slice copies, the scans that were quadratic. A hang guard in a child process covers the whole
+``answer_html`` (Markdown included) on 200 KB of each mix, with a deadline far above any machine's time.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from app.core.chat.answer_markup import Collected, cut_maths
+
+# Each mix, repeated: every opener in it never closes.
+MIXES = {
+    "price-list": "$5 ",  # each $ opens inline maths; every later $ follows a space, so none closes
+    "escaped-dollars": "$\\$ ",  # every later $ is escaped or follows a space
+    "unclosed-paren": "\\( x ",
+    "unclosed-bracket": "\\[ x ",
+    "backslashes-and-dollars": "$\\\\\\$ ",  # every later $ has a backslash before it
+    "code-spans": "`a` ",  # copied the rest of the text to count each span's backticks
+}
+
+
+class CountingText(str):
+    """A str that counts the characters its searches pass over and its slices copy."""
+
+    work = 0
+
+    def find(self, sub, start=None, end=None):  # type: ignore[override]
+        found = super().find(sub, start, end)
+        begin = 0 if start is None else start
+        CountingText.work += (len(self) if found == -1 else found) - begin
+        return found
+
+    def __getitem__(self, key):  # type: ignore[override]
+        part = super().__getitem__(key)
+        CountingText.work += len(part)
+        return part
+
+
+def work_for(unit: str, repeats: int, streaming: bool) -> tuple[int, int]:
+    CountingText.work = 0
+    text = CountingText(unit * repeats)
+    cut_maths(text, Collected(), streaming)
+    return CountingText.work, len(text)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "streaming"])
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_unclosed_maths_openers_cost_linear_work(mix: str, streaming: bool) -> None:
+    """Bug caught: ``_find_close`` scanned every later ``$`` (or the rest of the text for ``\\)``) for each opener
+    that never closes, a backtick copied the rest of the text, and a streamed ``$`` copied it again to look for
+    another ``$``: 30 KB of ``$5 `` took 31.7 s on the GUI thread."""
+    small_work, small = work_for(MIXES[mix], 2_000, streaming)
+    large_work, large = work_for(MIXES[mix], 4_000, streaming)
+    assert small_work <= 4 * small and large_work <= 4 * large, (small_work, large_work)
+    assert large_work <= 2.5 * max(small_work, 1), "work doubles (at most) when the text doubles"
+
+
+def test_unclosed_openers_stay_text_exactly_as_before() -> None:
+    """Bug caught (the fix itself): an opener that never closes turned into maths, or lost its backslash."""
+    collected = Collected()
+    assert cut_maths("$5 " * 1000, collected) == ("$5 " * 1000, "") and collected.formulas == []
+    assert cut_maths("\\( x " * 3, collected)[0] == "\\\\( x " * 3
+    assert cut_maths("\\( x " * 3, collected, for_markdown=False)[0] == "\\( x " * 3
+    assert cut_maths("a $x$ then $5 and $$y$$", collected)[0].count("\ue000") == 2
+
+
+HANG_GUARD = r"""
+from app.core.chat.answer_markup import Collected, answer_html
+SIZE = 200_000
+for head, unit in (("", "$5 "), ("$$ x ", "$5 "), ("", "\\( x "), ("", "\\" * 7 + "$ "), ("", "$\\$ ")):
+    text = head + (unit * (SIZE // len(unit) + 1))[:SIZE]
+    answer_html(text, Collected())
+    answer_html(text, Collected(), streaming=True)
+print("done")
+"""
+
+
+def test_200_kb_of_unclosed_maths_renders_within_a_hang_guard() -> None:
+    """Bug caught: ``answer_html`` of 200 KB of ``$5 `` (after an unclosed ``$$`` too), unclosed ``\\(``, runs of
+    backslashes before ``$`` or escaped dollars took tens of minutes on the GUI thread (30 KB: 31.7 s). The
+    deadline only guards against a hang, far above any machine's time; the linear-work test above holds the cost."""
+    done = subprocess.run([sys.executable, "-c", HANG_GUARD], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
