@@ -71,7 +71,7 @@ def test_the_dialog_says_what_went_wrong_instead_of_raising(qtbot, make_window) 
     raised sqlite3.OperationalError instead of a message in the dialog."""
     zebra_history().close()
     window = make_window(start=False)
-    dialog = window.menus.open_search()
+    dialog = window.dialogs.open_search()
     qtbot.waitExposed(dialog)
     for query in ("zebra\x00", "zebra\ud800"):
         dialog.query.setText(query)
