@@ -7,7 +7,7 @@ import json
 
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
-from app.core.chat.history_import import export_json
+from app.core.chat.history_import import Imported, export_json
 from app.engine.scripted import Script, ScriptedEngineDouble
 
 
@@ -114,11 +114,15 @@ def test_import_action_lists_and_shows_the_chat_and_a_bad_file_is_named(qtbot, m
     source.branch_at(0, "q1 edited").answer = "a1 edited"
     good = tmp_path / "chat.json"
     good.write_text(export_json(source), encoding="utf-8")
-    [imported] = window.menus.import_conversations(str(good))
+    done: list[Imported] = []
+    operation = window.menus.import_conversations(str(good)).success(done.append)
+    qtbot.waitUntil(lambda: operation.settled, timeout=10_000)
+    [imported] = done[0].conversations
     assert window.session.conversation is imported and window.chat_view.answer_pane.text() == "a1 edited"
     assert imported.siblings(0) == (1, 2) and window.conversation_list.count() == 2
     bad = tmp_path / "bad.json"
     bad.write_text('{"messages": "no"}')
-    assert window.menus.import_conversations(str(bad)) == []
+    operation = window.menus.import_conversations(str(bad))
+    qtbot.waitUntil(lambda: operation.settled, timeout=10_000)
     assert window.banner.isVisible() and 'no "messages" list' in window.banner.text()
     assert window.conversation_list.count() == 2 and len(HistoryStore().conversations()) == 2
