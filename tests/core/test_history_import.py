@@ -96,6 +96,30 @@ def test_an_openai_message_list_becomes_one_chat(tmp_path: Path) -> None:
     assert chat.turns[0].answer == "It is 42." and chat.messages()[-1] == {"role": "user", "content": "thanks"}
 
 
+def test_a_system_message_after_the_first_question_is_not_the_chats_system_prompt(tmp_path: Path) -> None:
+    """The decision: a Nalar chat has one system prompt, before its first question, so a system message that
+    comes later in a message list is left out and a note says so. Bugs caught (planted): the later message
+    made the whole chat's system prompt (every earlier answer was then given under a prompt it never had),
+    or left out without the note."""
+    file = tmp_path / "messages.json"
+    file.write_text(json.dumps([
+        {"role": "user", "content": "What is 2+40?"}, {"role": "assistant", "content": "42"},
+        {"role": "system", "content": "From now on, answer in French."},
+        {"role": "user", "content": "And 2+41?"}, {"role": "assistant", "content": "quarante-trois"}]))
+    imported = read_import(file)
+    [chat] = imported.conversations
+    assert chat.settings is None, "the later system message became the chat's system prompt"
+    assert [t.user for t in chat.turns] == ["What is 2+40?", "And 2+41?"]
+    assert "French" not in json.dumps(chat.messages())
+    assert imported.notes == ["1 system message(s) after the first question not imported: a Nalar chat has one "
+                              "system prompt, before its first question."]
+    first_then_later = json.loads(file.read_text())
+    first_then_later.insert(0, {"role": "system", "content": "Be brief."})
+    file.write_text(json.dumps(first_then_later))
+    imported = read_import(file)
+    assert imported.conversations[0].settings.values.system_prompt == "Be brief." and len(imported.notes) == 1
+
+
 BAD = {
     "not JSON": (b'{"messages": [', "is not JSON"),
     "not UTF-8": (b'\xff\xfe{"a": 1}', "not UTF-8"),
