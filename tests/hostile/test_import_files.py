@@ -140,6 +140,13 @@ def test_a_file_that_raised_an_uncaught_error_is_refused_by_name(store: HistoryS
     assert says in refused(store, file)
 
 
+def test_a_leading_byte_order_mark_is_read_past(store: HistoryStore, tmp_path: Path) -> None:
+    """Bug caught: a file saved by an editor that writes a BOM was "not JSON"."""
+    file = tmp_path / "bom.json"
+    file.write_bytes(b"\xef\xbb\xbf" + json.dumps(one_turn()).encode())
+    assert [c.title for c in import_into(store, file)] == ["hostile"]
+
+
 def test_a_refused_second_chat_stores_nothing_of_the_first(store: HistoryStore, tmp_path: Path) -> None:
     """Bug caught: an ``--all`` export whose second chat is bad leaving the first one stored."""
     file = tmp_path / "all.json"

@@ -77,7 +77,7 @@ def _read_json(path: Path) -> Any:
     if len(raw) > MAX_BYTES:
         raise ImportProblem(f"grew past {MAX_BYTES >> 20} MiB while it was read; an import may be at most that.")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a leading BOM (some Windows editors write one) is no problem
     except UnicodeDecodeError as exc:
         raise ImportProblem(f"is not UTF-8 text (byte {exc.start}).") from exc
     try:  # Rust's parser: no recursion on Python's stack, nesting bounded, lone surrogates refused
