@@ -13,7 +13,7 @@ from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices
 from PySide6.QtWidgets import QFileDialog
 
-from app.core.chat.history_import import Imported, ImportProblem, export_json, export_markdown
+from app.core.chat.history_import import ImportProblem, export_json, export_markdown
 from app.core.settings import paths
 from app.ui.actions import ACTIONS, BY_ID, MENUS, Action, shortcut_rows
 from app.ui.chat.gauges import GaugeBar
@@ -28,6 +28,7 @@ from app.ui.dialogs.shortcuts_dialog import ShortcutsDialog
 from app.ui.dialogs.welcome_dialog import WelcomeDialog
 
 if TYPE_CHECKING:
+    from app.core.chat.history_import import Imported
     from app.ui.main_window import MainWindow
 
 
