@@ -8,13 +8,15 @@ refusals are logged once per client and kind, without anything the client sent.
 
 Only connections that sent the token count against the cap: a refused request (401, 403) closes its
 connection, and connections not yet past the token have a separate, smaller allowance, so clients
-without the token can't take the places of those with it.
+without the token can't take the places of those with it. A full allowance never refuses a new
+connection: the oldest one not yet past the token is closed to make room (one still sending its first
+request before one whose request is being answered), so a client with the token is never refused because
+of clients without it, however many they open. Their first bytes also have a short deadline of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -25,10 +27,11 @@ from app.server.api_protocol import ApiError
 log = logging.getLogger("app.server.api_server")
 
 KEEPALIVE_S = 75.0  # as nginx; the openai client's pool keeps idle connections for 5 s
-HEADER_READ_S = 10.0  # a new connection must have sent its first request's headers by then
+FIRST_BYTES_S = 2.0  # a new connection must have sent something by then (a client sends its request at once)
+HEADER_READ_S = 10.0  # and its first request's headers by then
 BODY_READ_S = 30.0  # and a request its whole body, once its headers are in
 MAX_CONNECTIONS = 128  # authenticated ones: well under a default 1,024-descriptor limit; 50 streams at once fit
-MAX_UNAUTHENTICATED = 64  # connections not yet past the token (each closed after its header deadline or refusal)
+MAX_UNAUTHENTICATED = 64  # connections not yet past the token: past it, the oldest is closed to make room
 HEADER_END = b"\r\n\r\n"
 NO_RETRY = {"x-should-retry": "false"}  # the openai client obeys it: an error is raised, not retried
 
@@ -53,92 +56,117 @@ class QuietLog:
 
 
 class ConnectionGuard:
-    """A server's limits on connections, how many are open, and its quiet log."""
+    """A server's limits on connections, the ones open, and its quiet log."""
 
     def __init__(self, *, max_connections: int = MAX_CONNECTIONS, max_unauthenticated: int = MAX_UNAUTHENTICATED,
-                 header_read_s: float = HEADER_READ_S, body_read_s: float = BODY_READ_S,
-                 keepalive_s: float = KEEPALIVE_S) -> None:
+                 first_bytes_s: float = FIRST_BYTES_S, header_read_s: float = HEADER_READ_S,
+                 body_read_s: float = BODY_READ_S, keepalive_s: float = KEEPALIVE_S) -> None:
         self.max_connections = max_connections
-        self.max_unauthenticated = max_unauthenticated
+        self.max_unauthenticated = max(1, max_unauthenticated)
+        self.first_bytes_s = first_bytes_s
         self.header_read_s = header_read_s
         self.body_read_s = body_read_s
         self.keepalive_s = keepalive_s
-        self.open = 0
-        self.authenticated = 0  # of the open ones, those that sent the token
+        self.unauthenticated: dict[GuardedRequestHandler, None] = {}  # open, not yet past the token: oldest first
+        self.authenticated = 0  # open connections that sent the token
         self.quiet = QuietLog()
 
+    @property
+    def open(self) -> int:
+        return len(self.unauthenticated) + self.authenticated
+
+    def admit(self, connection: GuardedRequestHandler, peer: str | None) -> None:
+        """A new connection. Only those not yet past the token count against their allowance; when it is full,
+        the oldest of them is closed to make room, never the new one refused."""
+        while len(self.unauthenticated) >= self.max_unauthenticated:
+            waiting = [c for c in self.unauthenticated if not c.request_read]
+            oldest = (waiting or list(self.unauthenticated))[0]
+            del self.unauthenticated[oldest]
+            self.quiet.once(peer, "closed the oldest connection without the token to make room for a new one")
+            oldest.force_close()
+        self.unauthenticated[connection] = None
+
+    def authenticate(self, connection: GuardedRequestHandler) -> bool:
+        """A request with the token: its connection counts against the cap from now on, if there is room."""
+        if self.authenticated >= self.max_connections:
+            return False
+        self.unauthenticated.pop(connection, None)
+        self.authenticated += 1
+        return True
+
     def over_cap(self) -> ApiError:
-        return ApiError(503, f"The local API server has {self.max_connections} connections open, its most. Close "
-                             "idle ones, or retry shortly.", kind="server_error", code="too_many_connections")
-
-
-def _canned(error: ApiError) -> bytes:
-    body = json.dumps(error.payload()).encode()
-    head = (f"HTTP/1.1 {error.status} Service Unavailable\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\nx-should-retry: false\r\n\r\n")
-    return head.encode() + body
+        return ApiError(503, f"The local API server already has {self.max_connections} connections that sent the "
+                             "token, its most for them. Close idle ones, or retry shortly.", kind="server_error",
+                        code="too_many_connections")
 
 
 class GuardedRequestHandler(web.RequestHandler):
-    """aiohttp's connection handler with a cap, a header deadline, and errors in OpenAI's shape."""
+    """aiohttp's connection handler with a cap, deadlines for the first bytes and headers, and errors in
+    OpenAI's shape."""
 
     def __init__(self, manager: web.Server, *, guard: ConnectionGuard, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._guard = guard
         self._admitted = False
         self.authenticated = False
-        self._header_deadline: asyncio.TimerHandle | None = None
+        self.request_read = False  # its first request's headers are in: it is being answered
+        self._first_bytes = False
+        self._deadline: asyncio.TimerHandle | None = None  # for the first bytes, then for the whole headers
+        self._started = 0.0
         self._seen_tail = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        guard = self._guard
+        guard, loop = self._guard, asyncio.get_running_loop()
         peer = _peer(transport)
-        if guard.open - guard.authenticated >= guard.max_unauthenticated:
-            guard.quiet.once(peer, "refused a connection over the cap")
-            transport.write(_canned(guard.over_cap()))  # type: ignore[attr-defined]
-            transport.close()
-            return
-        guard.open += 1
+        guard.admit(self, peer)
         self._admitted = True
-        self._header_deadline = asyncio.get_running_loop().call_later(guard.header_read_s, self._headers_late, peer)
+        self._started = loop.time()
+        first = min(guard.first_bytes_s, guard.header_read_s)
+        self._deadline = loop.call_later(first, self._late, peer, f"sent nothing within {first:g} s")
         super().connection_made(transport)
 
     def admit_authenticated(self) -> bool:
         """A request with the token: the connection now counts against the cap, if there is room."""
         if not self.authenticated:
-            if self._guard.authenticated >= self._guard.max_connections:
+            if not self._guard.authenticate(self):
                 return False
             self.authenticated = True
-            self._guard.authenticated += 1
         return True
 
-    def _headers_late(self, peer: str | None) -> None:
-        self._header_deadline = None
-        self._guard.quiet.once(peer, f"closed a connection that sent no request within {self._guard.header_read_s:g} s")
+    def _late(self, peer: str | None, what: str) -> None:
+        self._deadline = None
+        self._guard.quiet.once(peer, f"closed a connection that {what}")
         self.force_close()
 
     def data_received(self, data: bytes) -> None:
         if not self._admitted:
             return
-        if self._header_deadline is not None:
+        if not self.request_read and data:
+            if not self._first_bytes:  # from now on the deadline is the whole headers', counted from the start
+                self._first_bytes = True
+                self._set_deadline(self._started + self._guard.header_read_s,
+                                   f"sent no whole request within {self._guard.header_read_s:g} s")
             seen = self._seen_tail + data
             if HEADER_END in seen:
-                self._header_deadline.cancel()
-                self._header_deadline = None
+                self.request_read = True
+                self._set_deadline(None)
             self._seen_tail = seen[-3:]
         super().data_received(data)
 
+    def _set_deadline(self, when: float | None, what: str = "") -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = None if when is None else asyncio.get_running_loop().call_at(when, self._late, None, what)
+
     def connection_lost(self, exc: BaseException | None) -> None:
         if not self._admitted:
-            return  # refused in connection_made: aiohttp never saw it
+            return
         self._admitted = False
-        self._guard.open -= 1
+        self._guard.unauthenticated.pop(self, None)  # already gone if it was closed to make room
         if self.authenticated:
             self.authenticated = False
             self._guard.authenticated -= 1
-        if self._header_deadline is not None:
-            self._header_deadline.cancel()
-            self._header_deadline = None
+        self._set_deadline(None)
         super().connection_lost(exc)
 
     def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,

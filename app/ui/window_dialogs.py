@@ -13,8 +13,7 @@ from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 
-from app.core.chat.conversation import Conversation
-from app.core.chat.history_import import ImportProblem, export_json, export_markdown
+from app.core.chat.history_import import Imported, ImportProblem, export_json, export_markdown
 from app.core.chat.history_search import HistorySearch, SearchHit
 from app.core.safe_files import safe_file_name
 from app.core.settings import paths
@@ -25,6 +24,7 @@ from app.ui.compare.compare_dialog import CompareDialog
 from app.ui.compare.compare_runner import CompareRunner
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
+from app.ui.controllers.operations import Operation
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.dialogs.measure_dialog import MeasureDialog
 from app.ui.dialogs.search_dialog import SearchDialog
@@ -45,6 +45,8 @@ class WindowDialogs(QObject):
         self.controller, self.session, self.tools, self.gauges = controller, session, tools, gauges
         self.banner, self.open_hit, self.show_notice = banner, open_hit, show_notice
         self.measure_dialog: MeasureDialog | None = None
+        # A slot of the status bar, not a lambda: emitted on the import's worker thread, it is queued to the GUI's.
+        session.store.import_progress.connect(window.statusBar().showMessage)
 
     def open_shortcuts(self, rows: list[tuple[str, str, str]]) -> ShortcutsDialog:
         """Help → Keyboard shortcuts: ``rows`` are (menu, title, keys), as the action table lists them."""
@@ -139,21 +141,25 @@ class WindowDialogs(QObject):
         self.window.statusBar().showMessage(f"Exported to {target}", 5000)
         return target
 
-    def import_conversations(self, path: str | None = None) -> list[Conversation]:
-        """File → Import: a Nalar JSON export or a message list; a bad file is named, and nothing is stored."""
+    def import_conversations(self, path: str | None = None) -> Operation[Imported] | None:
+        """File → Import: a Nalar JSON export or a message list, read and stored off the GUI thread, its steps in
+        the status bar; a bad file is named in the banner, and nothing is stored. None: no file chosen."""
         if path is None:
             path, _ = QFileDialog.getOpenFileName(self.window, "Import conversations", str(Path.home()),
                                                   "JSON (*.json)")
             if not path:
-                return []
-        try:
-            imported = self.session.store.import_file(Path(path))
-        except ImportProblem as problem:
-            self.banner.show_problem(f"Import failed: {problem}", "Nothing was imported; the history is as it "
-                                     "was. Fix the file, or choose another.")
-            return []
-        self.window.statusBar().showMessage(f"Imported {len(imported)} conversation(s) from {path}", 5000)
-        return imported
+                return None
+        return self.session.store.import_file(Path(path)).success(
+            lambda imported: self.window.statusBar().showMessage(
+                f"Imported {len(imported.conversations)} conversation(s) from {path}", 5000)).failure(
+            self._import_failed)
+
+    def _import_failed(self, exc: Exception) -> None:
+        """A refused file (ImportProblem names it and the item), or the history that could not store it."""
+        self.window.statusBar().clearMessage()
+        problem = str(exc) if isinstance(exc, ImportProblem) else f"the history could not store it ({exc})"
+        self.banner.show_problem(f"Import failed: {problem}", "Nothing was imported; the history is as it "
+                                 "was. Fix the file, or choose another.")
 
     def open_log_folder(self) -> None:
         folder = paths.private_dir(paths.log_dir())

@@ -86,9 +86,10 @@ def test_partial_saves_are_written_below_the_callers_priority() -> None:
     priority, lengthening a refresh's stall on a 2-core machine."""
     store = HistoryStore()
     _, turn = conversation_with_turn(store)
+    earlier = set(threading.enumerate())  # another test's store, not closed, may not have ended its writer yet
     store.save_partial(turn, "", "some text")
     store.flush()
-    [writer] = [t for t in threading.enumerate() if t.name.startswith("nalar-history")]
+    [writer] = [t for t in threading.enumerate() if t.name.startswith("nalar-history") and t not in earlier]
     assert writer.native_id is not None
     assert os.getpriority(os.PRIO_PROCESS, writer.native_id) > os.getpriority(os.PRIO_PROCESS, 0)
     store.close()

@@ -12,7 +12,7 @@ import pytest
 
 from app.core.chat.conversation import Conversation, ToolRound, Turn
 from app.core.chat.history import HistoryStore, history_path
-from app.core.chat.history_import import ImportProblem, export_json, read_import
+from app.core.chat.history_import import ImportProblem, export_json, export_markdown, read_import
 from tests.support.history_v6 import TOOL_ROUNDS
 
 COMPARED = [f.name for f in fields(Turn) if f.name not in ("message_id", "parent")]
@@ -94,6 +94,53 @@ def test_an_openai_message_list_becomes_one_chat(tmp_path: Path) -> None:
     [step] = chat.turns[0].tool_rounds[0].calls
     assert (step.name, step.arguments, step.result, step.status) == ("add", '{"a": 2, "b": 40}', "42", "ok")
     assert chat.turns[0].answer == "It is 42." and chat.messages()[-1] == {"role": "user", "content": "thanks"}
+
+
+def test_a_system_message_after_the_first_question_is_not_the_chats_system_prompt(tmp_path: Path) -> None:
+    """The decision: a Nalar chat has one system prompt, before its first question, so a system message that
+    comes later in a message list is left out and a note says so. Bugs caught (planted): the later message
+    made the whole chat's system prompt (every earlier answer was then given under a prompt it never had),
+    or left out without the note."""
+    file = tmp_path / "messages.json"
+    file.write_text(json.dumps([
+        {"role": "user", "content": "What is 2+40?"}, {"role": "assistant", "content": "42"},
+        {"role": "system", "content": "From now on, answer in French."},
+        {"role": "user", "content": "And 2+41?"}, {"role": "assistant", "content": "quarante-trois"}]))
+    imported = read_import(file)
+    [chat] = imported.conversations
+    assert chat.settings is None, "the later system message became the chat's system prompt"
+    assert [t.user for t in chat.turns] == ["What is 2+40?", "And 2+41?"]
+    assert "French" not in json.dumps(chat.messages())
+    assert imported.notes == ["1 system message(s) after the first question not imported: a Nalar chat has one "
+                              "system prompt, before its first question."]
+    first_then_later = json.loads(file.read_text())
+    first_then_later.insert(0, {"role": "system", "content": "Be brief."})
+    file.write_text(json.dumps(first_then_later))
+    imported = read_import(file)
+    assert imported.conversations[0].settings.values.system_prompt == "Be brief." and len(imported.notes) == 1
+
+
+def test_markdown_export_of_a_branched_chat_holds_only_the_branch_shown() -> None:
+    """The decision: Markdown is a transcript to read, so it holds the path shown, not every try (the JSON
+    export keeps those). Bug caught (planted): exporting the tree, every edited question and regenerated reply
+    one after another, read as a conversation that never happened; a test without branches could not see it."""
+    chat = Conversation(title="tries")
+    chat.add_turn(Turn("Q1-original", answer="A1-original", finish_reason="stop"))
+    chat.add_turn(Turn("Q2-original", answer="A2-original", finish_reason="stop"))
+    regenerated = chat.branch_at(1)  # Regenerate the second reply
+    regenerated.answer, regenerated.finish_reason = "A2-regenerated", "stop"
+    edited = chat.branch_at(0, "Q1-edited")  # the first question edited, and the talk went on from there
+    edited.answer, edited.finish_reason = "A1-edited", "stop"
+    chat.add_turn(Turn("Q3-after-the-edit", answer="A3-after-the-edit", finish_reason="stop"))
+    every = ["Q1-original", "A1-original", "Q2-original", "A2-original", "A2-regenerated", "Q1-edited", "A1-edited",
+             "Q3-after-the-edit", "A3-after-the-edit"]
+    for shown, kept in ((regenerated, ["Q1-original", "A1-original", "Q2-original", "A2-regenerated"]),
+                        (edited, ["Q1-edited", "A1-edited", "Q3-after-the-edit", "A3-after-the-edit"])):
+        chat.show(shown)
+        markdown = export_markdown(chat)
+        found = [text for text in every if text in markdown]
+        assert sorted(found, key=markdown.index) == kept, f"shown {shown.user}: exported {found}"
+        assert markdown.count("## You") == len(chat.turns) == 2
 
 
 BAD = {

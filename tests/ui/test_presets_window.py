@@ -6,7 +6,7 @@ import json
 
 from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.history import HistoryStore
-from app.core.chat.history_import import export_json, export_markdown
+from app.core.chat.history_import import Imported, export_json, export_markdown
 from app.core.models.model_families import model_family
 from app.core.settings.settings import EngineConfig, Preset, PresetsConfig, SamplingConfig, Settings, changed
 from app.engine.scripted import Script, ScriptedEngineDouble
@@ -117,7 +117,10 @@ def test_export_holds_the_chats_values_and_an_import_brings_them_back(qtbot, mak
     assert "> You are a careful mathematician." in markdown and "think budget 300" in markdown
     file = tmp_path / "chat.json"
     file.write_text(export_json(conversation), encoding="utf-8")
-    [imported] = window.session.store.import_file(file)
+    done: list[Imported] = []
+    operation = window.session.store.import_file(file).success(done.append)
+    qtbot.waitUntil(lambda: operation.settled, timeout=10_000)
+    [imported] = done[0].conversations
     assert imported.settings == conversation.settings
     [stored] = [c for c in HistoryStore(window.session.history.path, owner=False).conversations()
                 if c.id == imported.id]

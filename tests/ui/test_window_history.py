@@ -7,7 +7,7 @@ import json
 
 from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
-from app.core.chat.history_import import export_json
+from app.core.chat.history_import import Imported, export_json
 from app.engine.scripted import Script, ScriptedEngineDouble
 
 
@@ -114,11 +114,30 @@ def test_import_action_lists_and_shows_the_chat_and_a_bad_file_is_named(qtbot, m
     source.branch_at(0, "q1 edited").answer = "a1 edited"
     good = tmp_path / "chat.json"
     good.write_text(export_json(source), encoding="utf-8")
-    [imported] = window.dialogs.import_conversations(str(good))
+    done: list[Imported] = []
+    operation = window.dialogs.import_conversations(str(good)).success(done.append)
+    qtbot.waitUntil(lambda: operation.settled, timeout=10_000)
+    [imported] = done[0].conversations
     assert window.session.conversation is imported and window.chat_view.answer_pane.text() == "a1 edited"
     assert imported.siblings(0) == (1, 2) and window.conversation_list.count() == 2
     bad = tmp_path / "bad.json"
     bad.write_text('{"messages": "no"}')
-    assert window.dialogs.import_conversations(str(bad)) == []
+    operation = window.dialogs.import_conversations(str(bad))
+    qtbot.waitUntil(lambda: operation.settled, timeout=10_000)
     assert window.banner.isVisible() and 'no "messages" list' in window.banner.text()
     assert window.conversation_list.count() == 2 and len(HistoryStore().conversations()) == 2
+
+
+def test_the_note_of_a_system_message_left_out_of_an_import_shows(qtbot, make_window, tmp_path) -> None:
+    """Bug caught (planted): the note that a system message after the first question was not imported never
+    reaching the window, so the user could not know part of the file was left out."""
+    window = make_window(ScriptedEngineDouble(), start=False)
+    file = tmp_path / "messages.json"
+    file.write_text(json.dumps([{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+                                {"role": "system", "content": "Answer in French."},
+                                {"role": "user", "content": "q2"}]))
+    operation = window.dialogs.import_conversations(str(file))
+    qtbot.waitUntil(lambda: operation.settled, timeout=10_000)
+    assert window.session.conversation.settings is None
+    assert window.notice_label.isVisible() and "1 system message(s) after the first question not imported" in \
+        window.notice_label.text()

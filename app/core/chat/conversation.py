@@ -176,9 +176,13 @@ class Conversation:
         return next((i for i in reversed(range(len(places))) if places[i][1] > 1), None)
 
     def show(self, turn: Turn) -> None:
-        """Show the branch through ``turn``, down to its newest leaf."""
-        while children := self.children(turn):
-            turn = children[-1]
+        """Show the branch through ``turn``, down to its newest leaf. One pass over the tree for the newest child
+        of each turn, not one per level (a 16,000-turn chat shown from its first turn)."""
+        newest: dict[int, Turn] = {}
+        for each in self.tree:
+            newest[id(each.parent)] = each
+        while (child := newest.get(id(turn))) is not None:
+            turn = child
         path = []
         node: Turn | None = turn
         while node is not None:

@@ -2,32 +2,45 @@
 Nalar's own JSON export (one conversation, or a list from ``--all``), branches included, or a plain OpenAI-style
 message list (``[{"role", "content"}, …]``), which becomes one chat.
 
-Everything is read and checked before anything is stored; a bad file raises ``ImportProblem`` naming what
-is wrong and where, and the history is not touched. Imported chats get new ids, so importing a file twice
-makes two copies instead of merging into (or overwriting) the stored one.
+Everything is read and checked before anything is stored, and every value is checked for its type and range
+as it is read (the ``_…In`` models below): a file is hostile until checked, and a wrong value that reached the
+store (a tool call named ``2``) made its chat impossible to show, continue or export. A bad file raises one
+``ImportProblem`` naming the file and the item, and the history is not touched. Only a regular file is read,
+at most ``MAX_BYTES``; the JSON parser (pydantic-core's) bounds nesting and refuses lone surrogates, which
+SQLite can't store. Every step is linear in the file's size. Imported chats get new ids, so importing a file
+twice makes two copies instead of merging into (or overwriting) the stored one.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import from_json
 
 from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, ToolStep, Turn
-from app.core.chat.images import image_from_url
+from app.core.chat.images import ImagePart, image_from_url
 from app.core.settings.settings import PresetValues
 
 MAX_BYTES = 64 * 1024 * 1024
-TURN_TEXTS = ("user", "thinking", "answer", "model", "kv_cache_dtype", "backend", "loop_guard")
+MAX_COUNT = 10**9  # a token count (SQLite's INTEGER holds 2**63; a real count is far below this)
+MAX_SECONDS = 10.0**9  # time to first token, tokens per second: finite and non-negative
 
 
 class ImportProblem(ValueError):
-    """What is wrong with the file, said so the user can fix it."""
+    """What is wrong with the file, said so the user can fix it: the file's name (once known), then the item."""
+
+    def __init__(self, problem: str, file: str = "") -> None:
+        super().__init__(f"{file}: {problem}" if file else problem)
+        self.problem, self.file = problem, file
 
 
 @dataclass(frozen=True)
@@ -35,21 +48,42 @@ class Imported:
     conversations: list[Conversation]
     notes: list[str]  # what was read but could not be kept (e.g. system messages)
 
+    @property
+    def turns(self) -> int:
+        return sum(len(c.tree) for c in self.conversations)
+
 
 def read_import(path: Path) -> Imported:
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ImportProblem(f"{path.name} is {size // 1024 // 1024} MiB; an import may be at most "
-                                f"{MAX_BYTES // 1024 // 1024} MiB.")
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        return parse_import(_read_json(path))
+    except ImportProblem as problem:
+        raise ImportProblem(problem.problem, path.name) from problem
+
+
+def _read_json(path: Path) -> Any:
+    """The file's JSON. Opened without blocking and checked to be a regular file before a byte is read: a FIFO
+    blocked for ever, a link to /dev/zero was read until memory ran out."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        raise ImportProblem(f"{path} can't be read: {exc.strerror or exc}.") from exc
+        raise ImportProblem(f"can't be read: {exc.strerror or exc}.") from exc
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ImportProblem("is not a regular file; choose a JSON file.")
+        if info.st_size > MAX_BYTES:
+            raise ImportProblem(f"is {info.st_size // 2**20} MiB; an import may be at most {MAX_BYTES >> 20} MiB.")
+        raw = file.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise ImportProblem(f"grew past {MAX_BYTES >> 20} MiB while it was read; an import may be at most that.")
+    try:
+        text = raw.decode("utf-8-sig")  # a leading BOM (some Windows editors write one) is no problem
     except UnicodeDecodeError as exc:
-        raise ImportProblem(f"{path.name} is not UTF-8 text (byte {exc.start}).") from exc
-    except json.JSONDecodeError as exc:
-        raise ImportProblem(f"{path.name} is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.") from exc
-    return parse_import(data)
+        raise ImportProblem(f"is not UTF-8 text (byte {exc.start}).") from exc
+    try:  # Rust's parser: no recursion on Python's stack, nesting bounded, lone surrogates refused
+        return from_json(text, allow_inf_nan=True, cache_strings=False)  # inf and NaN: refused where read, by name
+    except ValueError as exc:
+        raise ImportProblem(f"is not JSON: {exc}.") from exc
 
 
 def parse_import(data: object) -> Imported:
@@ -64,33 +98,144 @@ def parse_import(data: object) -> Imported:
                         "list of chat messages ({\"role\": …, \"content\": …}).")
 
 
+# ---- what a file may hold: every value's type and range ----------------------------------------------------
+
+def _whole_unicode(text: str) -> str:
+    """No lone surrogate (SQLite can't store one). The parser refuses them already; data given as Python
+    objects (``parse_import``) is checked here."""
+    if not text.isascii():
+        text.encode("utf-8")  # UnicodeEncodeError is a ValueError: pydantic names the field
+    return text
+
+
+Text = Annotated[str, AfterValidator(_whole_unicode)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Seconds = Annotated[float, Field(ge=0.0, le=MAX_SECONDS, allow_inf_nan=False)]
+
+
+class _In(BaseModel):
+    """Strict: no value is turned into another type (``2`` is not text, ``true`` not a count). Unknown keys
+    are ignored, so a newer export still reads."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+
+class _StepIn(_In):
+    call_id: Text
+    name: Text
+    arguments: Text
+    server: Text = ""
+    result: Text = ""
+    status: Text = "pending"
+
+
+class _RoundIn(_In):
+    thinking: Text = ""
+    calls: list[_StepIn] = []
+    content: Text = ""
+
+
+class _EditIn(_In):
+    original: Text = ""
+    edited: Text = ""
+
+
+class _ImageIn(_In):
+    url: Text
+    name: Text = ""
+
+
+class _TurnIn(_In):
+    user: Text
+    thinking: Text = ""
+    answer: Text = ""
+    model: Text = ""
+    kv_cache_dtype: Text = ""
+    backend: Text = ""
+    loop_guard: Text = ""
+    finish_reason: Text | None = None
+    tool_rounds: list[_RoundIn] = []
+    thinking_edits: list[_EditIn] = []
+    thinking_tokens: Count = 0
+    answer_tokens: Count = 0
+    ttft_s: Seconds | None = None
+    tok_s: Seconds = 0.0
+    images: list[_ImageIn] = []
+    parent: Annotated[int, Field(ge=0)] | None = None  # read only from "tree"; absent: the message before
+
+
+class _ConversationIn(_In):
+    title: Text = "Imported conversation"
+    thinking: bool = True
+    tools: bool = False
+    chat_settings: dict[str, Any] | None = None  # ChatSettings' own model checks it
+    messages: Any = None  # a list, checked in _nalar (its problem has its own words)
+    tree: list[Any] | None = None  # every branch (Nalar's own export); absent: "messages" is one branch
+    shown: Annotated[int, Field(ge=0)] | None = None
+
+
+PLACES = {"tool_rounds": "tool round", "calls": "call", "thinking_edits": "thinking edit", "images": "image",
+          "tool_calls": "tool call"}
+SAID = {"string_type": "is not text", "int_type": "is not a whole number", "float_type": "is not a number",
+        "bool_type": "is not true or false", "list_type": "is not a list", "model_type": "is not an object",
+        "dict_type": "is not an object", "finite_number": "is not a finite number", "value_error": "is not valid text"}
+
+
+def _checked(model: type[_In], value: object, spot: str) -> Any:
+    """``value`` read as ``model``, or an ImportProblem naming ``spot``, the item inside it and the field."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise ImportProblem(_said(exc.errors()[0], spot)) from None
+
+
+def _said(error: Any, spot: str) -> str:
+    """One pydantic error in the file's words: 'message 3, tool round 1, call 2: "name" is not text (2)'."""
+    places, field, loc = [spot], "", list(error["loc"])
+    for key, index in itertools.zip_longest(loc, loc[1:]):
+        if isinstance(key, str) and key in PLACES and isinstance(index, int):
+            places.append(f"{PLACES[key]} {index + 1}")
+        elif isinstance(key, str):
+            field = key
+    where = ", ".join(places)
+    kind = error["type"]
+    if kind == "missing":
+        return f'{where} has no "{field}".'
+    if kind in ("model_type", "dict_type") and not field:
+        return f"{where} is not an object."
+    shown = repr(error.get("input"))
+    got = f" ({shown[:40]}{'…' if len(shown) > 40 else ''})" if kind not in ("model_type", "dict_type") else ""
+    what = SAID.get(kind) or "should " + error["msg"].removeprefix("Input should ")
+    return f'{where}: "{field}" {what}{got}.' if field else f"{where} {what}{got}."
+
+
+# ---- Nalar's own export -------------------------------------------------------------------------------------
+
 def _nalar(data: dict[str, Any], where: str) -> Conversation:
-    tree, shown = data.get("tree"), data.get("shown")
-    items = tree if isinstance(tree, list) else data.get("messages")
+    read: _ConversationIn = _checked(_ConversationIn, data, where)
+    tree = read.tree
+    items = tree if tree is not None else read.messages
     if not isinstance(items, list):
         raise ImportProblem(f"{where} has no \"messages\" list.")
-    title = data.get("title", "Imported conversation")
-    if not isinstance(title, str):
-        raise ImportProblem(f"{where}: \"title\" is not text.")
-    conversation = Conversation(title=title, thinking=bool(data.get("thinking", True)), tools=bool(data.get("tools")),
-                                settings=_chat_settings(data.get("chat_settings"), where))
+    conversation = Conversation(title=read.title, thinking=read.thinking, tools=read.tools,
+                                settings=_chat_settings(read.chat_settings, where))
     for n, item in enumerate(items):
         spot = f"{where}, message {n + 1}"
-        if not isinstance(item, dict):
-            raise ImportProblem(f"{spot} is not an object.")
-        parent = item.get("parent", n - 1 if n else None) if isinstance(tree, list) else (n - 1 if n else None)
-        if parent is not None and (not isinstance(parent, int) or not 0 <= parent < n):
+        turn_in: _TurnIn = _checked(_TurnIn, item, spot)
+        parent = turn_in.parent if tree is not None and "parent" in turn_in.model_fields_set else (n - 1 if n else None)
+        if parent is not None and not parent < n:
             raise ImportProblem(f"{spot}: \"parent\" {parent!r} is not an earlier message's index.")
-        turn = _turn(item, spot)
+        turn = _turn(turn_in, spot)
         turn.parent = conversation.tree[parent] if parent is not None else None
         conversation.tree.append(turn)
+    if read.shown is not None and read.shown >= len(conversation.tree):
+        raise ImportProblem(f"{where}: \"shown\" {read.shown} is not one of its {len(conversation.tree)} messages.")
     if conversation.tree:
-        leaf = shown if isinstance(shown, int) and 0 <= shown < len(conversation.tree) else len(conversation.tree) - 1
-        conversation.show(conversation.tree[leaf])
+        conversation.show(conversation.tree[len(conversation.tree) - 1 if read.shown is None else read.shown])
     return conversation
 
 
-def _chat_settings(value: object, where: str) -> ChatSettings | None:
+def _chat_settings(value: dict[str, Any] | None, where: str) -> ChatSettings | None:
     """The chat's preset values as exported (None, or absent in older exports: it follows the default preset)."""
     if value is None:
         return None
@@ -102,56 +247,81 @@ def _chat_settings(value: object, where: str) -> ChatSettings | None:
                             f"{first['msg']}.") from exc
 
 
-def _turn(item: dict[str, Any], spot: str) -> Turn:
-    for key in TURN_TEXTS:
-        if not isinstance(item.get(key, ""), str):
-            raise ImportProblem(f"{spot}: \"{key}\" is not text.")
-    if "user" not in item:
-        raise ImportProblem(f"{spot} has no \"user\" text.")
+def _turn(read: _TurnIn, spot: str) -> Turn:
+    rounds = [ToolRound(r.thinking, [ToolStep(c.call_id, c.name, c.arguments, c.server, c.result, c.status)
+                                     for c in r.calls], r.content) for r in read.tool_rounds]
+    return Turn(user=read.user, thinking=read.thinking, answer=read.answer, model=read.model,
+                kv_cache_dtype=read.kv_cache_dtype, backend=read.backend, loop_guard=read.loop_guard,
+                finish_reason=read.finish_reason or "stop", tool_rounds=rounds,
+                thinking_edits=[ThinkingEdit(e.original, e.edited) for e in read.thinking_edits],
+                images=tuple(_image(image, f"{spot}, image {n}") for n, image in enumerate(read.images, 1)),
+                thinking_tokens=read.thinking_tokens, answer_tokens=read.answer_tokens, ttft_s=read.ttft_s,
+                answer_tok_s=read.tok_s)
+
+
+def _image(read: _ImageIn, spot: str) -> ImagePart:
     try:
-        rounds = [ToolRound.from_json(r) for r in item.get("tool_rounds", [])]
-        edits = [ThinkingEdit.from_json(e) for e in item.get("thinking_edits", [])]
-        numbers = (int(item.get("thinking_tokens", 0)), int(item.get("answer_tokens", 0)),
-                   None if item.get("ttft_s") is None else float(item["ttft_s"]), float(item.get("tok_s", 0.0)))
-        images = tuple(replace(image_from_url(str(i["url"])), name=str(i.get("name") or ""))
-                       for i in item.get("images", []))
-    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # ImageRefused is a ValueError
-        raise ImportProblem(f"{spot}: a tool round, a thinking edit, an image or a figure is malformed "
-                            f"({exc}).") from exc
-    reason = item.get("finish_reason") or "stop"
-    return Turn(**{key: item.get(key, "") for key in TURN_TEXTS}, finish_reason=str(reason), tool_rounds=rounds,
-                thinking_edits=edits, images=images,
-                thinking_tokens=numbers[0], answer_tokens=numbers[1], ttft_s=numbers[2], answer_tok_s=numbers[3])
+        return replace(image_from_url(read.url), name=read.name)
+    except Exception as exc:  # ImageRefused; Pillow raises many kinds on hostile bytes (a decompression bomb)
+        raise ImportProblem(f"{spot} can't be read: {exc}.") from exc
+
+
+# ---- an OpenAI-style message list ---------------------------------------------------------------------------
+
+class _FunctionIn(_In):
+    name: Text
+    arguments: Any = "{}"  # JSON text, or (some exporters) the JSON value itself
+
+
+class _CallIn(_In):
+    id: Text = ""
+    function: _FunctionIn
+
+
+class _MessageIn(_In):
+    role: Any = None  # named in the problem when it is no known role
+    content: Any = None  # text, or OpenAI's list of parts (_text)
+    tool_calls: list[_CallIn] | None = None
+    tool_call_id: Text | None = None
 
 
 def _openai(messages: list[dict[str, Any]], notes: list[str]) -> Conversation:
-    """user → a new turn; assistant → its answer (tool_calls, with the tool messages after them, a round)."""
+    """user → a new turn; assistant → its answer (tool_calls, with the tool messages after them, a round).
+    One pass: a turn's answers are joined once, and its calls are found by id in a table."""
     conversation = Conversation()  # named after its first question below
     skipped, system = 0, ""
+    answers: list[str] = []  # the shown turn's answer parts
+    calls: dict[str, ToolStep] = {}  # the shown turn's calls by id (the first of each id takes its result)
     for n, message in enumerate(messages):
-        role, content, spot = message.get("role"), _text(message.get("content"), n), f"message {n + 1}"
-        turn = conversation.leaf
+        spot = f"message {n + 1}"
+        read: _MessageIn = _checked(_MessageIn, message, spot)
+        role, content, turn = read.role, _text(read.content, spot), conversation.leaf
         if role == "system" and not system and turn is None:
             system = content  # the chat's system prompt, as a preset's would be
         elif role == "system":
-            skipped += 1
+            skipped += 1  # after the first question: a Nalar chat has one system prompt, before it
         elif role == "user":
+            _join_answer(turn, answers)
             conversation.add_turn(Turn(user=content, finish_reason="stop"))
+            answers, calls = [], {}
         elif role in ("assistant", "tool") and turn is None:
             raise ImportProblem(f"{spot} ({role}) comes before any user message.")
         elif role == "assistant" and turn is not None:
-            calls = message.get("tool_calls") or []
-            if calls:
-                turn.tool_rounds.append(ToolRound("", [_call(call, spot) for call in calls], content))
+            if read.tool_calls:
+                steps = [_call(call, f"{spot}, tool call {k}") for k, call in enumerate(read.tool_calls, 1)]
+                turn.tool_rounds.append(ToolRound("", steps, content))
+                for made in steps:
+                    calls.setdefault(made.call_id, made)
             else:
-                turn.answer = f"{turn.answer}\n\n{content}" if turn.answer else content
+                answers.append(content)
         elif role == "tool" and turn is not None:
-            steps = [s for r in turn.tool_rounds for s in r.calls if s.call_id == message.get("tool_call_id")]
-            if not steps:
+            step = calls.get(read.tool_call_id) if read.tool_call_id is not None else None
+            if step is None:
                 raise ImportProblem(f"{spot}: a tool result for no call made before it.")
-            steps[0].result, steps[0].status = content, "ok"
+            step.result, step.status = content, "ok"
         else:
-            raise ImportProblem(f"{spot}: role {role!r} is not user, assistant, system or tool.")
+            raise ImportProblem(f"{spot}: role {str(role)[:40]!r} is not user, assistant, system or tool.")
+    _join_answer(conversation.leaf, answers)
     if not conversation.turns:
         raise ImportProblem("The message list has no user message.")
     if skipped:
@@ -163,22 +333,30 @@ def _openai(messages: list[dict[str, Any]], notes: list[str]) -> Conversation:
     return conversation
 
 
-def _text(content: object, n: int) -> str:
+def _join_answer(turn: Turn | None, answers: list[str]) -> None:
+    """A turn's assistant messages as one answer, blank-line separated; empty ones before the first text dropped."""
+    if turn is not None:
+        turn.answer = "\n\n".join(itertools.dropwhile(lambda part: not part, answers))
+
+
+def _text(content: object, spot: str) -> str:
     """A message's text: a string, or OpenAI's list of parts (text parts joined; others refused)."""
     if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-        return "".join(str(p.get("text", "")) for p in content)
-    raise ImportProblem(f"message {n + 1}: \"content\" is neither text nor a list of text parts.")
+        return _whole_unicode(content or "")
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                         and isinstance(p.get("text", ""), str) for p in content):
+        return _whole_unicode("".join(p.get("text", "") for p in content))
+    raise ImportProblem(f"{spot}: \"content\" is neither text nor a list of text parts.")
 
 
-def _call(call: object, spot: str) -> ToolStep:
-    function = call.get("function") if isinstance(call, dict) else None
-    if not isinstance(call, dict) or not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        raise ImportProblem(f"{spot}: a tool call without a function name.")
-    arguments = function.get("arguments", "{}")
-    return ToolStep(str(call.get("id", "")), function["name"],
-                    arguments if isinstance(arguments, str) else json.dumps(arguments), status="stopped")
+def _call(call: _CallIn, spot: str) -> ToolStep:
+    arguments = call.function.arguments
+    if not isinstance(arguments, str):
+        try:
+            arguments = json.dumps(arguments)
+        except (TypeError, ValueError, RecursionError) as exc:  # only from data given as Python objects
+            raise ImportProblem(f"{spot}: \"arguments\" is not JSON ({type(exc).__name__}).") from exc
+    return ToolStep(call.id, call.function.name, _whole_unicode(arguments), status="stopped")
 
 
 # ---- export ------------------------------------------------------------------------------------
