@@ -30,6 +30,7 @@ class FailureKind(enum.Enum):
     CONTEXT_TOO_LONG = "context longer than the model's maximum"
     GPU_TOO_OLD = "GPU too old for this model's weights"
     SPECULATION_UNSUPPORTED = "speculative decoding method refused by vLLM"
+    BAD_SERVER_ANSWER = "a remote server's answer Nalar can't use"
 
 
 @dataclass(frozen=True)

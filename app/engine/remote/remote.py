@@ -182,7 +182,10 @@ class RemoteEngine(EngineBase):
                     raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
                                         NOT_STARTED_FIX)
                 if resume is not None and self._continuation is not None:
-                    going_on = await self._continuation.prompt(messages, sampling, resume, start == "open", tools)
+                    stream.resume_from(resume)  # the kept text is the reply's now: a failure or Stop below keeps it
+                    # Each of its requests is bounded by the budget, and all of them by Stop.
+                    going_on = await self._until_stopped(self._continuation.prompt(
+                        messages, sampling, resume, start == "open", tools, self.first_token_timeout_s), rid, None)
                     splitter = RemoteReplySplitter(going_on.start)
                     stream.resume_from(resume, going_on.kept_tokens)
                     request = self._client.completions.create(**completion_request(
