@@ -24,6 +24,7 @@ import openai
 from openai import AsyncOpenAI
 
 from app.core.models.model_families import model_family
+from app.core.settings.redaction import remember_secret
 from app.core.settings.settings import MAX_THINK_BUDGET, EndpointProfile, EngineConfig, SamplingConfig, budget_effort
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
@@ -64,6 +65,7 @@ class RemoteEngine(EngineBase):
         self.profile = profile
         self.backend_name = profile.name
         self._api_key = api_key or NO_KEY
+        remember_secret(api_key)  # a server's error text that echoes it is shown and logged without it
         self.first_token_timeout_s = first_token_timeout_s
         self._client: AsyncOpenAI | None = None
         self.model = profile.model
