@@ -29,6 +29,7 @@ from app.core.settings.settings import MAX_THINK_BUDGET, EndpointProfile, Engine
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, EngineReady, FinishReason, ToolCall, ToolCallDelta
+from app.engine.remote.answers import served_context, served_models
 from app.engine.remote.continuation import NO_TOKENIZE, ServerContinuation, family_refusal
 from app.engine.reply.reasoning import RemoteReplySplitter, Split, think_start_for_model
 from app.engine.reply.stream import Phase, ReplyStream
@@ -94,7 +95,7 @@ class RemoteEngine(EngineBase):
         client = AsyncOpenAI(base_url=self.profile.base_url, api_key=self._api_key, max_retries=0, timeout=timeout)
         try:
             models = await asyncio.wait_for(client.models.list(), self.first_token_timeout_s)
-            served = {m.id: m for m in models.data}
+            served = served_models(models.data, self.profile.base_url)
             if not self.model:
                 if not served:
                     raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"{self.profile.base_url} serves no model.",
@@ -112,11 +113,14 @@ class RemoteEngine(EngineBase):
             raise failure from None
         self._client = client
         await self._find_continuation()
-        max_len = int((served[self.model].model_extra or {}).get("max_model_len") or 0) if served else 0
+        max_len, note = served_context(served.get(self.model), self.profile.base_url)
         self.ready = EngineReady(model=f"{self.profile.name}: {self.model}", kv_cache_dtype="", backend="remote",
                                  max_model_len=max_len, kv_capacity_tokens=0, max_concurrency=0.0,
                                  load_seconds=time.perf_counter() - started)
-        self._status("ready", f"ready: {self.model} at {self.profile.base_url} (profile “{self.profile.name}”)", 1.0)
+        if note:
+            log.warning("profile %s: %s", self.profile.name, note)
+        self._status("ready", f"ready: {self.model} at {self.profile.base_url} (profile “{self.profile.name}”)"
+                              + (f" · {note}" if note else ""), 1.0)
         return self.ready
 
     async def _find_continuation(self) -> None:
