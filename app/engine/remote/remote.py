@@ -28,12 +28,12 @@ from app.core.settings.redaction import remember_secret
 from app.core.settings.settings import MAX_THINK_BUDGET, EndpointProfile, EngineConfig, SamplingConfig, budget_effort
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineEvent, EngineReady, FinishReason, ToolCall, ToolCallDelta
-from app.engine.remote.answers import served_context, served_models
+from app.engine.events import EngineEvent, EngineReady, FinishReason
+from app.engine.remote.answers import StreamedCalls, served_context, served_models
 from app.engine.remote.continuation import NO_TOKENIZE, ServerContinuation, family_refusal
 from app.engine.reply.reasoning import RemoteReplySplitter, Split, think_start_for_model
 from app.engine.reply.stream import Phase, ReplyStream
-from app.engine.reply.tool_calls import new_call_id, without_reasoning
+from app.engine.reply.tool_calls import without_reasoning
 from app.engine.requests import Resume, ToolChoice, Tools
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ class RemoteEngine(EngineBase):
         start = think_start_for_model(self.model, None, sampling.thinking)
         splitter = RemoteReplySplitter(start)
         finish: FinishReason = "stop"
-        calls = StreamedCalls()
+        calls = StreamedCalls(f"{self.profile.base_url.rstrip('/')}/chat/completions")
 
         with self.keeping(rid, stream.texts):
             try:
@@ -386,29 +386,3 @@ def request_fields(sampling: SamplingConfig, tools: Tools | None, tool_choice: T
     elif asked.json_object:
         fields["response_format"] = {"type": "json_object"}
     return fields
-
-
-class StreamedCalls:
-    """A remote reply's tool_calls deltas (merged by index, as the openai client does) as ToolCallDelta."""
-
-    def __init__(self) -> None:
-        self._calls: dict[int, dict[str, str]] = {}
-
-    def feed(self, rid: str, deltas: Sequence[Any]) -> list[EngineEvent]:
-        events: list[EngineEvent] = []
-        for delta in deltas:
-            index = int(getattr(delta, "index", 0) or 0)
-            function = getattr(delta, "function", None)
-            name = getattr(function, "name", None) if function is not None else None
-            arguments = (getattr(function, "arguments", None) if function is not None else None) or ""
-            call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-            call_id = getattr(delta, "id", None)
-            call["id"] = call["id"] or call_id or ""
-            call["name"] += name or ""
-            call["arguments"] += arguments
-            events.append(ToolCallDelta(rid, index, call_id, name, arguments))
-        return events
-
-    def calls(self) -> tuple[ToolCall, ...]:
-        return tuple(ToolCall(call["id"] or new_call_id(), call["name"], call["arguments"] or "{}")
-                     for _, call in sorted(self._calls.items()))
