@@ -4,20 +4,23 @@ or the log. A real HTTP stand-in on 127.0.0.1 that quotes the Authorization head
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
+import openai
 import pytest
 
 from app.core.settings import paths
 from app.core.settings.keystore import KeyStore, new_token, profile_entry
 from app.core.settings.logs import configure_logging
-from app.core.settings.redaction import REDACTED, redact
+from app.core.settings.redaction import REDACTED, redact, remember_secret
 from app.core.settings.settings import EndpointProfile, EngineConfig, SamplingConfig
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineErrorEvent, EngineEvent
-from app.engine.remote.remote import RemoteEngine
+from app.engine.remote.remote import RemoteEngine, endpoint_failure
 from app.engine.requests import Resume
 from tests.support.vllm_standin import VllmStandIn, vllm_standin
 
@@ -129,3 +132,23 @@ def test_the_log_never_holds_a_remembered_key(isolated_dirs: Path) -> None:
     text = (paths.log_dir() / "nalar.log").read_text(encoding="utf-8")
     assert "the server said: key [redacted] refused" in text and "echo [redacted]" in text
     assert key not in text
+
+
+def test_a_key_echoed_across_the_messages_cut_leaves_no_part_of_it(server: VllmStandIn) -> None:
+    """Hostile input: error text that puts the key across the 200th character, where the banner's quote of it
+    is cut. Bug caught: text cut first and redacted after, so the key's first characters were shown."""
+    key = "sk-" + secrets.token_hex(24)
+    remember_secret(key)
+    cut_at = 200
+    response = httpx.Response(500, request=httpx.Request("GET", "http://box/v1/chat/completions"))
+    chat = endpoint_failure(openai.InternalServerError("x" * (cut_at - 10) + key, response=response, body=None),
+                            EndpointProfile(name="box", base_url="http://box/v1"), "m", 5)
+    server.on_tokenize = server.answer_with(('{"detail": "' + "x" * (cut_at - 22) + key + '"}').encode(), 400)
+    engine = remote(server, key)
+    try:
+        engine.loop_thread.submit(engine.start(EngineConfig())).result(HANG_GUARD_S)
+        tokenize = failure_of_reply(engine, Resume("thinking", "Step 1"))
+    finally:
+        engine.close()
+    for failure in (chat, tokenize):
+        assert "answered" in failure.message and key[:8] not in failure.message, failure

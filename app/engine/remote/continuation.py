@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from app.core.models.model_families import ModelFamily, model_family
+from app.core.settings.redaction import redact
 from app.core.settings.settings import SamplingConfig
 from app.engine.base import Message
 from app.engine.errors import EngineFailure, FailureKind
@@ -127,7 +128,7 @@ class ServerContinuation:
             raise EngineFailure(FailureKind.UNREACHABLE, f"Can't reach {endpoint} ({type(exc).__name__}).",
                                 "Check that the server is running and reachable from here.") from None
         if status != 200:
-            text = raw[:ERROR_TEXT_BYTES].decode("utf-8", "replace")[:200]
+            text = redact(raw[:ERROR_TEXT_BYTES].decode("utf-8", "replace"))[:200]  # no part of a key at the cut
             raise EngineFailure(FailureKind.REQUEST_FAILED, f"{endpoint} answered {status}: {text}",
                                 "Check the server's log; try again.")
         if len(raw) > limit:

@@ -24,7 +24,7 @@ import openai
 from openai import AsyncOpenAI
 
 from app.core.models.model_families import model_family
-from app.core.settings.redaction import remember_secret
+from app.core.settings.redaction import redact, remember_secret
 from app.core.settings.settings import MAX_THINK_BUDGET, EndpointProfile, EngineConfig, SamplingConfig, budget_effort
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
@@ -286,12 +286,9 @@ def endpoint_failure(exc: BaseException, profile: EndpointProfile, model: str, t
                              "Start a new conversation or lower the max answer tokens.")
     if isinstance(exc, openai.APIStatusError):
         return EngineFailure(FailureKind.REQUEST_FAILED,
-                             f"{url} (profile “{name}”) answered {exc.status_code}: {exc.message[:200]}",
+                             # redacted before it is cut, so no part of a key is left at the cut
+                             f"{url} (profile “{name}”) answered {exc.status_code}: {redact(exc.message)[:200]}",
                              "Check the server's log; try again.")
-    if isinstance(exc, httpx.HTTPStatusError):  # /tokenize or /detokenize, on the way to a continuation
-        return EngineFailure(FailureKind.REQUEST_FAILED,
-                             f"{url} (profile “{name}”) answered {exc.response.status_code} to "
-                             f"{exc.request.url.path}: {exc.response.text[:200]}", "Check the server's log; try again.")
     return EngineFailure(FailureKind.REQUEST_FAILED, f"The request to {url} failed: {exc}", "Try again.")
 
 
