@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, fields
 
+from app.core.settings.redaction import redact
 from app.core.settings.settings import KV_FALLBACK, EngineConfig, KvCacheDtype, SpeculativeMethod, changed
 
 
@@ -30,6 +31,7 @@ class FailureKind(enum.Enum):
     CONTEXT_TOO_LONG = "context longer than the model's maximum"
     GPU_TOO_OLD = "GPU too old for this model's weights"
     SPECULATION_UNSUPPORTED = "speculative decoding method refused by vLLM"
+    BAD_SERVER_ANSWER = "a remote server's answer Nalar can't use"
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,13 @@ NO_SPECULATION = EngineFix(speculative_method="off")
 
 
 class EngineFailure(Exception):
-    """A typed engine error. ``fallback`` is a config change that is known to work, if any."""
+    """A typed engine error. ``fallback`` is a config change that is known to work, if any.
+
+    Its message and fix may quote outside text (a server's error, which can echo the request's API key):
+    Nalar's own secrets are blanked out of both here, whoever builds the failure."""
 
     def __init__(self, kind: FailureKind, message: str, fix: str, fallback: EngineFix = NO_FIX) -> None:
+        message, fix = redact(message), redact(fix)
         super().__init__(message)
         self.kind = kind
         self.message = message

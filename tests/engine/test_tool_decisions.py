@@ -8,7 +8,8 @@ import json
 from app.core.models.model_families import model_family
 from app.core.settings.settings import RequestControls, SamplingConfig
 from app.engine.local.local_reply import THINK_STOP, LocalReply, ReplyRequests, answer_constraint
-from app.engine.remote.remote import StreamedCalls, request_fields
+from app.engine.remote.answers import StreamedCalls
+from app.engine.remote.remote import request_fields
 from app.engine.reply.stream import ReplyStream
 from app.engine.reply.tool_calls import CALL_MARKERS, ToolOffer, forced_schema
 

@@ -2,13 +2,14 @@
 
 A real HTTP server and real SSE, read by the real ``openai`` client inside RemoteEngine; only what
 the "model" says is scripted. A request's last user message names the script to play, so one server
-serves many replays. It lists no models, so a client may ask for any model name.
+serves many replays. It lists no models unless a test sets ``models``, so a client may ask for any model name.
+A script may be endless (``itertools.repeat``): the server then writes until the client goes away.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,13 +17,14 @@ from aiohttp import web
 
 from app.core.loop_thread import LoopThread
 
-Delta = dict[str, str]  # e.g. {"content": "…"} or {"reasoning_content": "…"}
+Delta = dict[str, Any]  # e.g. {"content": "…"}, {"reasoning_content": "…"} or {"tool_calls": […]}
 
 
 class ScriptedSseServer:
     def __init__(self) -> None:
-        self.scripts: dict[str, list[Delta]] = {}
+        self.scripts: dict[str, Iterable[Delta]] = {}
         self.requests: list[dict[str, Any]] = []
+        self.models: list[dict[str, Any]] = []  # /v1/models' "data"
         self.base_url = ""
         self._runner: web.AppRunner | None = None
 
@@ -30,6 +32,7 @@ class ScriptedSseServer:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
+        self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -37,12 +40,15 @@ class ScriptedSseServer:
         self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
         return self.base_url
 
+    def add_routes(self, app: web.Application) -> None:
+        """More endpoints, for a server that stands in for more than the chat API."""
+
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": []})
+        return web.json_response({"object": "list", "data": self.models})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -56,19 +62,22 @@ class ScriptedSseServer:
                      "model": body.get("model", ""), "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
-        await send({"role": "assistant", "content": ""})
-        for delta in deltas:
-            await send(delta)
-        await send({}, "stop")
-        await response.write(b"data: [DONE]\n\n")
+        try:
+            await send({"role": "assistant", "content": ""})
+            for delta in deltas:
+                await send(delta)
+            await send({}, "stop")
+            await response.write(b"data: [DONE]\n\n")
+        except ConnectionResetError:
+            pass  # the client went away (an endless script ends there)
         return response
 
 
 @contextmanager
-def scripted_sse_server() -> Iterator[ScriptedSseServer]:
-    """The server on a loop thread of its own, stopped (and the thread ended) on exit."""
+def scripted_sse_server(server: ScriptedSseServer | None = None) -> Iterator[ScriptedSseServer]:
+    """The server (a plain one unless given) on a loop thread of its own, stopped (and the thread ended) on exit."""
     thread = LoopThread("scripted-sse")
-    server = ScriptedSseServer()
+    server = server or ScriptedSseServer()
     try:
         thread.submit(server.start()).result(10)
         yield server

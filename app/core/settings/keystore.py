@@ -14,6 +14,8 @@ import keyring
 import keyring.backends.fail
 from keyring.errors import KeyringError
 
+from app.core.settings.redaction import remember_secret
+
 log = logging.getLogger(__name__)
 
 SERVICE = "nalar"
@@ -52,19 +54,23 @@ class KeyStore:
             self.notice = NO_BACKEND_NOTICE
 
     def get(self, entry: str) -> str | None:
+        """The secret stored under ``entry``; from here on it is blanked out of outside text Nalar shows or logs."""
         if entry in self._memory:
             return self._memory[entry]
         if not self.persistent:
             self._no_backend()
             return None
         try:
-            return keyring.get_password(SERVICE, entry)
+            secret = keyring.get_password(SERVICE, entry)
         except KeyringError as exc:
             self._no_backend(exc)
             return None
+        remember_secret(secret)
+        return secret
 
     def set(self, entry: str, secret: str) -> bool:
         """Store ``secret``; True if it went to the OS keyring, False if it is kept in memory only."""
+        remember_secret(secret)
         if entry.startswith(PROFILE_PREFIX):
             self.profile_changes += 1
         if self.persistent:

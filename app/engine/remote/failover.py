@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.loop_thread import on_engine
+from app.core.settings.redaction import redact
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
@@ -230,7 +231,7 @@ class FailoverEngine(EngineBase):
                     yield f"{self.primary.backend_name} sent no first token within {self.first_token_budget_s:g} s"
                     return
                 if isinstance(item, _RelayEnded):
-                    yield f"{self.primary.backend_name} failed: {item.error}"
+                    yield redact(f"{self.primary.backend_name} failed: {item.error}")  # the reason is shown
                     return
                 if isinstance(item, EngineErrorEvent):
                     yield f"{self.primary.backend_name} failed: {item.failure.message}"

@@ -24,14 +24,16 @@ import openai
 from openai import AsyncOpenAI
 
 from app.core.models.model_families import model_family
+from app.core.settings.redaction import redact, remember_secret
 from app.core.settings.settings import MAX_THINK_BUDGET, EndpointProfile, EngineConfig, SamplingConfig, budget_effort
 from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
-from app.engine.events import EngineEvent, EngineReady, FinishReason, ToolCall, ToolCallDelta
+from app.engine.events import EngineEvent, EngineReady, FinishReason
+from app.engine.remote.answers import StreamedCalls, served_context, served_models
 from app.engine.remote.continuation import NO_TOKENIZE, ServerContinuation, family_refusal
 from app.engine.reply.reasoning import RemoteReplySplitter, Split, think_start_for_model
 from app.engine.reply.stream import Phase, ReplyStream
-from app.engine.reply.tool_calls import new_call_id, without_reasoning
+from app.engine.reply.tool_calls import without_reasoning
 from app.engine.requests import Resume, ToolChoice, Tools
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ class RemoteEngine(EngineBase):
         self.profile = profile
         self.backend_name = profile.name
         self._api_key = api_key or NO_KEY
+        remember_secret(api_key)  # a server's error text that echoes it is shown and logged without it
         self.first_token_timeout_s = first_token_timeout_s
         self._client: AsyncOpenAI | None = None
         self.model = profile.model
@@ -92,7 +95,7 @@ class RemoteEngine(EngineBase):
         client = AsyncOpenAI(base_url=self.profile.base_url, api_key=self._api_key, max_retries=0, timeout=timeout)
         try:
             models = await asyncio.wait_for(client.models.list(), self.first_token_timeout_s)
-            served = {m.id: m for m in models.data}
+            served = served_models(models.data, self.profile.base_url)
             if not self.model:
                 if not served:
                     raise EngineFailure(FailureKind.MODEL_NOT_FOUND, f"{self.profile.base_url} serves no model.",
@@ -110,11 +113,14 @@ class RemoteEngine(EngineBase):
             raise failure from None
         self._client = client
         await self._find_continuation()
-        max_len = int((served[self.model].model_extra or {}).get("max_model_len") or 0) if served else 0
+        max_len, note = served_context(served.get(self.model), self.profile.base_url)
         self.ready = EngineReady(model=f"{self.profile.name}: {self.model}", kv_cache_dtype="", backend="remote",
                                  max_model_len=max_len, kv_capacity_tokens=0, max_concurrency=0.0,
                                  load_seconds=time.perf_counter() - started)
-        self._status("ready", f"ready: {self.model} at {self.profile.base_url} (profile “{self.profile.name}”)", 1.0)
+        if note:
+            log.warning("profile %s: %s", self.profile.name, note)
+        self._status("ready", f"ready: {self.model} at {self.profile.base_url} (profile “{self.profile.name}”)"
+                              + (f" · {note}" if note else ""), 1.0)
         return self.ready
 
     async def _find_continuation(self) -> None:
@@ -174,7 +180,7 @@ class RemoteEngine(EngineBase):
         start = think_start_for_model(self.model, None, sampling.thinking)
         splitter = RemoteReplySplitter(start)
         finish: FinishReason = "stop"
-        calls = StreamedCalls()
+        calls = StreamedCalls(f"{self.profile.base_url.rstrip('/')}/chat/completions")
 
         with self.keeping(rid, stream.texts):
             try:
@@ -182,7 +188,10 @@ class RemoteEngine(EngineBase):
                     raise EngineFailure(FailureKind.NOT_READY, f"Profile “{self.profile.name}” is not connected.",
                                         NOT_STARTED_FIX)
                 if resume is not None and self._continuation is not None:
-                    going_on = await self._continuation.prompt(messages, sampling, resume, start == "open", tools)
+                    stream.resume_from(resume)  # the kept text is the reply's now: a failure or Stop below keeps it
+                    # Each of its requests is bounded by the budget, and all of them by Stop.
+                    going_on = await self._until_stopped(self._continuation.prompt(
+                        messages, sampling, resume, start == "open", tools, self.first_token_timeout_s), rid, None)
                     splitter = RemoteReplySplitter(going_on.start)
                     stream.resume_from(resume, going_on.kept_tokens)
                     request = self._client.completions.create(**completion_request(
@@ -277,12 +286,9 @@ def endpoint_failure(exc: BaseException, profile: EndpointProfile, model: str, t
                              "Start a new conversation or lower the max answer tokens.")
     if isinstance(exc, openai.APIStatusError):
         return EngineFailure(FailureKind.REQUEST_FAILED,
-                             f"{url} (profile “{name}”) answered {exc.status_code}: {exc.message[:200]}",
+                             # redacted before it is cut, so no part of a key is left at the cut
+                             f"{url} (profile “{name}”) answered {exc.status_code}: {redact(exc.message)[:200]}",
                              "Check the server's log; try again.")
-    if isinstance(exc, httpx.HTTPStatusError):  # /tokenize or /detokenize, on the way to a continuation
-        return EngineFailure(FailureKind.REQUEST_FAILED,
-                             f"{url} (profile “{name}”) answered {exc.response.status_code} to "
-                             f"{exc.request.url.path}: {exc.response.text[:200]}", "Check the server's log; try again.")
     return EngineFailure(FailureKind.REQUEST_FAILED, f"The request to {url} failed: {exc}", "Try again.")
 
 
@@ -377,29 +383,3 @@ def request_fields(sampling: SamplingConfig, tools: Tools | None, tool_choice: T
     elif asked.json_object:
         fields["response_format"] = {"type": "json_object"}
     return fields
-
-
-class StreamedCalls:
-    """A remote reply's tool_calls deltas (merged by index, as the openai client does) as ToolCallDelta."""
-
-    def __init__(self) -> None:
-        self._calls: dict[int, dict[str, str]] = {}
-
-    def feed(self, rid: str, deltas: Sequence[Any]) -> list[EngineEvent]:
-        events: list[EngineEvent] = []
-        for delta in deltas:
-            index = int(getattr(delta, "index", 0) or 0)
-            function = getattr(delta, "function", None)
-            name = getattr(function, "name", None) if function is not None else None
-            arguments = (getattr(function, "arguments", None) if function is not None else None) or ""
-            call = self._calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-            call_id = getattr(delta, "id", None)
-            call["id"] = call["id"] or call_id or ""
-            call["name"] += name or ""
-            call["arguments"] += arguments
-            events.append(ToolCallDelta(rid, index, call_id, name, arguments))
-        return events
-
-    def calls(self) -> tuple[ToolCall, ...]:
-        return tuple(ToolCall(call["id"] or new_call_id(), call["name"], call["arguments"] or "{}")
-                     for _, call in sorted(self._calls.items()))
