@@ -85,8 +85,9 @@ class _Child:
 
     def kill(self) -> None:
         """The child and anything in its group, at once (SIGKILL: it holds nothing to save)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process.poll() is None:  # not reaped: its pid is still its own
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
 
 
 class FormulaWorker:
@@ -180,6 +181,7 @@ class FormulaWorker:
                     self._changed.notify_all()
                 self.deliver(key, svg, reason[0] if reason else "")
         child.process.wait()
+        stdout.close()
         with self._changed:
             child.ended = True
             self._changed.notify_all()

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from app.core.formula_worker import MAX_FORMULA_CHARS, FormulaWorker
-from tests.core.test_formula_worker import Answers, ended
+from tests.core.test_formula_worker import Answers
 from tests.support.formula_child import HANG
+from tests.support.processes import gone
 
 GUARD_S = 60.0  # a hang guard only: each wait below ends on an event long before
 
@@ -54,14 +55,6 @@ def wait_hanging(heard: list[int]) -> int:
     assert line.startswith("hanging "), line
     heard.append(int(line.split()[1]))
     return heard[-1]
-
-
-def gone(pid: int, timeout: float = GUARD_S) -> bool:
-    """Whether ``pid`` ends within ``timeout``, or is gone already (reaped by the worker's reader)."""
-    try:
-        return ended(pid, timeout)
-    except ProcessLookupError:
-        return True
 
 
 def kill_quietly(pid: int | None) -> None:
@@ -112,7 +105,7 @@ def test_a_formula_that_never_finishes_is_given_up_at_its_deadline_and_a_new_dra
             (_, hung_svg, hung_reason), (_, after_svg, _) = answers.got
             assert hung_svg is None and "over 2 s" in hung_reason
             assert after_svg is not None and after_svg.startswith(b"<svg"), "a new child drew the next formula"
-            assert stuck is not None and worker.pid != stuck and gone(stuck) and gone(grandchild)
+            assert stuck is not None and worker.pid != stuck and gone(stuck, GUARD_S) and gone(grandchild, GUARD_S)
             assert sources_drawn(log) == [HANG, "x^2"], "each formula drawn once, the hanging one not again"
         finally:
             pid = worker.pid
@@ -135,11 +128,11 @@ def test_close_while_a_formula_never_finishes_ends_the_drawer_and_its_process_gr
             worker.draw("hangs", HANG, False)
             grandchild = wait_hanging(heard)
             drawer = worker.pid
-            assert drawer is not None and not ended(drawer, 0) and not ended(grandchild, 0)
+            assert drawer is not None and not gone(drawer, 0) and not gone(grandchild, 0)
             assert os.getpgid(drawer) == drawer != os.getpgid(0), "a group of its own, never the window's"
             worker.close()
-            assert gone(drawer), "the drawer ended at close, mid-formula"
-            assert gone(grandchild), "what the drawer started ended with its group"
+            assert gone(drawer, GUARD_S), "the drawer ended at close, mid-formula"
+            assert gone(grandchild, GUARD_S), "what the drawer started ended with its group"
             assert answers.until(["hangs"], GUARD_S) and answers.got[0][1] is None
         finally:
             worker.close()
