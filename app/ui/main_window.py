@@ -227,8 +227,8 @@ class MainWindow(QMainWindow):
     @asyncSlot()
     async def send(self, text: str | None = None) -> None:
         text = (text if isinstance(text, str) else self.prompt.toPlainText()).strip()
-        if not text or self.session.streaming or not self.controller.engine_ready:
-            return
+        if not text or self.session.streaming or not self.controller.engine_ready or self.attachments.still_reading():
+            return  # a PDF still being read: the bar says so, and the question stays
         if self.attachments.attachments:
             question = self.attachments.question(text)
             fit = context_fit(self.controller.settings, self.session.conversation, question, self.attachments.counter)
@@ -242,8 +242,7 @@ class MainWindow(QMainWindow):
         await self.session.send(text, self.session.question_edit.take(), images)  # an edit: a new branch there
 
     def attach(self, paths: list[Path]) -> None:
-        self.attachments.counter = model_counter(self.controller.settings)
-        self.attachments.add_paths(paths)
+        self.attachments.add_paths(paths, model_counter(self.controller.settings))
 
     def on_reply_started(self, conversation: Conversation) -> None:
         self.notice_label.hide()
@@ -262,6 +261,7 @@ class MainWindow(QMainWindow):
             started = time.monotonic()
             self.session.close()
             self.tools.close()  # the tool servers' processes end with the window
+            self.attachments.pdfs.cancel()  # and a PDF's reader
             self.controller.close()
             self.session.history.close()
             log.info("window closed; engine shut down in %.1f s", time.monotonic() - started)

@@ -38,6 +38,7 @@ def test_an_attached_pdf_reaches_the_prompt_vllm_reads(qtbot, make_window, tmp_p
 
     host._engine.generate = recording
     given_files(window, text_pdf(tmp_path / "census.pdf", ["The lighthouse keeper counted 4,817 gulls in May."]))
+    qtbot.waitUntil(lambda: bool(window.attachments.attachments), timeout=30_000)  # a PDF is read off the GUI thread
     window.prompt.setPlainText("How many gulls were counted?")
     with qtbot.waitSignal(window.reply_finished, timeout=120_000) as blocker:
         window.controls.send_button.click()

@@ -10,6 +10,7 @@ from pathlib import Path
 from PySide6.QtCore import QMimeData, QUrl
 from PySide6.QtWidgets import QLabel, QWidget
 
+from app.core.chat import attachments
 from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
 from app.engine.scripted import Script, ScriptedEngineDouble
 from tests.support.pdfs import text_pdf
@@ -24,16 +25,35 @@ def given_files(window, *paths: Path) -> None:
     window.prompt.insertFromMimeData(data)
 
 
-def test_a_dropped_pdf_reaches_the_model_and_the_turn_keeps_its_text(qtbot, make_window, tmp_path: Path) -> None:
+def test_a_dropped_pdf_reaches_the_model_and_the_turn_keeps_its_text(qtbot, make_window, tmp_path: Path,
+                                                                     monkeypatch) -> None:
     """Bugs caught: a question couldn't carry a file; a dropped file's path was typed into the prompt; the
-    turn kept a path, so a moved file broke a reload or an export."""
+    turn kept a path, so a moved file broke a reload or an export; a send while the PDF was still being read
+    went without it."""
     engine = ScriptedEngineDouble([Script(["<think>read it</think>", "It says one."])])
     window = make_window(engine)
     wait_ready(qtbot, window)
     pdf = text_pdf(tmp_path / "paper.pdf", ["The integral equals one."])
-    given_files(window, pdf)
-    assert window.prompt.toPlainText() == ""
-    assert len(window.attachments.attachments) == 1 and window.attachments.findChildren(QWidget, "AttachmentChip")
+    held = threading.Event()  # the PDF's reading waits for it, so the send below surely comes first
+    read = attachments.pdf_text
+
+    def held_back(data: bytes, cancellation=None):  # type: ignore[no-untyped-def]
+        assert held.wait(60), "hang guard"
+        return read(data, cancellation)
+
+    monkeypatch.setattr(attachments, "pdf_text", held_back)
+    try:
+        given_files(window, pdf)
+        assert window.prompt.toPlainText() == ""
+        window.prompt.setPlainText("Too soon?")
+        window.controls.send_button.click()  # the PDF is read off the GUI thread: a send waits for it
+        qtbot.waitUntil(lambda: "paper.pdf is still being read" in window.banner.text(), timeout=10_000)
+        assert engine.requests == [] and window.prompt.toPlainText() == "Too soon?"
+    finally:
+        held.set()
+    window.prompt.clear()
+    qtbot.waitUntil(lambda: len(window.attachments.attachments) == 1, timeout=30_000)
+    assert window.attachments.findChildren(QWidget, "AttachmentChip")
     label_text = " ".join(label.text() for label in window.attachments.findChildren(QLabel))
     assert "paper.pdf" in label_text and "tokens" in label_text and "≈" not in label_text  # the model's tokenizer
     send(qtbot, window, "What does the paper say?")

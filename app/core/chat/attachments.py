@@ -1,17 +1,18 @@
 """Files in a question: what the model reads of each (its text, never a path), or why a file can't be read.
 
 A turn keeps the text itself, so a reload, a branch or an export sees what the model saw, even once the
-file has moved or changed. PDFs are read with pypdf; a PDF without a text layer (a scan) is refused.
+file has moved or changed. PDFs are read with pypdf in a child process, within a deadline and page and character
+caps (app/core/chat/pdf_text.py), so ``read_file`` only reads their bytes and ``read_pdf`` their text, off the GUI
+thread; a PDF without a text layer (a scan) is refused.
 """
 
 from __future__ import annotations
 
 import codecs
-import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
+from app.core.chat.pdf_text import Cancellation, PdfUnread, pdf_text
 from app.core.safe_files import FileTooLarge, NotRegularFile, read_regular
 
 MAX_FILE_BYTES = 32 * 1024 * 1024  # larger files are refused; at most this + 1 bytes are ever read
@@ -26,6 +27,15 @@ class Attachment:
     text: str  # what the model reads
     kind: str  # "text" or "pdf"
     pages: int = 0  # a PDF's pages
+    note: str = ""  # what of it was left out, and why (a PDF past a cap); empty when the model reads it whole
+
+
+@dataclass(frozen=True)
+class PdfFile:
+    """A PDF's bytes, its text not read yet: ``read_pdf`` reads it, for seconds at worst, so never on the GUI thread."""
+
+    name: str
+    data: bytes
 
 
 class AttachmentError(ValueError):
@@ -50,27 +60,29 @@ def _decoded(name: str, data: bytes) -> str:
                               "Save it as UTF-8 and attach it again.") from exc
 
 
-def _pdf_text(name: str, source: Path | BinaryIO) -> tuple[str, int]:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
-
+def read_pdf(pdf: PdfFile, cancellation: Cancellation | None = None) -> Attachment:
+    """The PDF's text, page by page, or an AttachmentError naming why not (any error of pypdf's included).
+    Blocks up to PDF_SECONDS; ``cancellation`` ends it sooner (raising pdf_text.Cancelled)."""
+    name = pdf.name
     try:
-        reader = PdfReader(source)
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise AttachmentError(name, "this PDF is password-protected", "Save an unprotected copy and attach that.")
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError, OSError) as exc:
-        raise AttachmentError(name, f"this PDF can't be read ({exc})", "Open and save it again, or attach its text.") \
-            from exc
-    if not any(page.strip() for page in pages):
+        read = pdf_text(pdf.data, cancellation)
+    except PdfUnread as exc:
+        raise AttachmentError(name, exc.problem, exc.fix) from exc
+    except OSError as exc:  # no child process could start
+        raise AttachmentError(name, f"this PDF can't be read here ({exc.strerror or exc})",
+                              "Attach its text instead.") from exc
+    pages = [page.strip() for page in read.pages]
+    if not any(pages):
         raise AttachmentError(name, f"this PDF has no text layer ({len(pages)} page(s) of images: a scan?)",
                               "Run it through OCR first, or attach a PDF with selectable text.")
-    return "\n\n".join(f"[page {number}]\n{page.strip()}" for number, page in enumerate(pages, 1) if page.strip()), \
-        len(pages)
+    text = "\n\n".join(f"[page {number}]\n{page}" for number, page in enumerate(pages, 1) if page)
+    if read.cut:  # the model is told too, so it doesn't answer as if it had read the whole file
+        text += f"\n\n[The rest of {name} was not read: {read.cut}.]"
+    return Attachment(name, len(pdf.data), text, "pdf", read.page_count, read.cut)
 
 
-def read_attachment(path: Path) -> Attachment:
-    """The text of ``path`` for the model, or an AttachmentError naming why not.
+def read_file(path: Path) -> Attachment | PdfFile:
+    """The text of ``path`` for the model, or a PDF's bytes for ``read_pdf``, or an AttachmentError naming why not.
 
     Only a regular file is read, and at most MAX_FILE_BYTES + 1 of it (``read_regular``): a ``notes.txt`` that
     links to /dev/zero or /dev/urandom was read until memory ran out, and a FIFO blocked the window for ever."""
@@ -87,9 +99,14 @@ def read_attachment(path: Path) -> Attachment:
         raise AttachmentError(name, f"the file can't be read ({exc.strerror or exc})",
                               "Check that it exists and that you may read it.") from exc
     if data.startswith(b"%PDF-"):
-        text, pages = _pdf_text(name, io.BytesIO(data))
-        return Attachment(name, len(data), text, "pdf", pages)
+        return PdfFile(name, data)
     return Attachment(name, len(data), _decoded(name, data), "text")
+
+
+def read_attachment(path: Path, cancellation: Cancellation | None = None) -> Attachment:
+    """``read_file`` and, for a PDF, ``read_pdf``: blocks for as long as a PDF takes."""
+    read = read_file(path)
+    return read_pdf(read, cancellation) if isinstance(read, PdfFile) else read
 
 
 def question_with_files(question: str, attachments: list[Attachment]) -> str:

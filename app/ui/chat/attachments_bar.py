@@ -1,21 +1,31 @@
 """The files attached to the next question: a chip each (name, size, tokens), Attach…, and the check that
-they fit the context before anything is sent."""
+they fit the context before anything is sent. PDFs are read one at a time off the GUI thread, behind a Cancel."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QToolButton, QWidget
 
-from app.core.chat.attachments import Attachment, AttachmentError, question_with_files, read_attachment
+from app.core.chat.attachments import (
+    Attachment,
+    AttachmentError,
+    PdfFile,
+    question_with_files,
+    read_file,
+    read_pdf,
+)
 from app.core.chat.conversation import Conversation
 from app.core.chat.images import ImagePart, ImageRefused, is_image_path, read_image, text_only_reason
+from app.core.chat.pdf_text import Cancellation
 from app.core.models.embedded_model import embedded_model_dir
 from app.core.models.token_count import ContextFit, TokenCounter, counter_for
 from app.core.settings.settings import LOCAL_PROFILE, Settings
 from app.core.steering.kept_thinking import think_block
 from app.engine.events import EngineReady
+from app.ui.controllers.operations import Operation, run_blocking
 
 FILES_TIP = "Attach text, code, Markdown, CSV or PDF files (or drop or paste them on the prompt)."
 FILE_FILTER = "Text, code, Markdown, CSV, PDF or images (*.png *.jpg *.jpeg *.webp *.gif *.txt *.md *.py *.js *.ts " \
@@ -48,6 +58,62 @@ def branch_tokens(conversation: Conversation, counter: TokenCounter) -> int:
     return kept + sum(counter.count(turn.user) + counter.count(turn.answer) for turn in conversation.turns)
 
 
+class PdfReadings(QObject):
+    """PDFs waiting for their text, read one at a time by the runner (pypdf in a child process, app/core/chat/
+    pdf_text.py): a PDF of 2,000 pages sharing one stream held the GUI thread for over a minute. ``cancel`` ends the
+    reading at once and drops the PDFs still waiting."""
+
+    read = Signal(object)  # Attachment
+    refused = Signal(str, str)  # the problem, naming the file; the fix
+    changed = Signal()  # one started or ended
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.waiting: list[PdfFile] = []
+        self.reading: PdfFile | None = None
+        self._operation: Operation[Attachment] | None = None
+        self._cancellation = Cancellation()
+
+    def add(self, pdf: PdfFile) -> None:
+        self.waiting.append(pdf)
+        self._next()
+
+    def cancel(self) -> None:
+        self._cancellation.cancel()
+        if self._operation is not None:
+            self._operation.cancel()
+        self.waiting.clear()
+        self.reading = self._operation = None
+        self.changed.emit()
+
+    @property
+    def pid(self) -> int | None:
+        """The reading child's (for a test to watch it end)."""
+        return self._cancellation.pid if self.reading is not None else None
+
+    def _next(self) -> None:
+        if self.reading is None and self.waiting:
+            pdf = self.reading = self.waiting.pop(0)
+            cancellation = self._cancellation = Cancellation()
+            self._operation = run_blocking(f"Reading {pdf.name}", lambda: read_pdf(pdf, cancellation), self)
+            self._operation.success(self._done).failure(lambda exc: self._failed(pdf, exc))
+        self.changed.emit()
+
+    def _done(self, attachment: Attachment) -> None:
+        self.reading = self._operation = None
+        self.read.emit(attachment)
+        self._next()
+
+    def _failed(self, pdf: PdfFile, exc: Exception) -> None:
+        self.reading = self._operation = None
+        if isinstance(exc, AttachmentError):
+            self.refused.emit(f"{exc.name} was not attached: {exc.problem}", exc.fix)
+        else:  # logged by the runner with its traceback
+            self.refused.emit(f"{pdf.name} was not attached: it can't be read ({type(exc).__name__}: {exc})",
+                              "Attach its text instead.")
+        self._next()
+
+
 class AttachmentsBar(QWidget):
     """Holds the attachments until a send takes them; refuses a file it can't read, saying why."""
 
@@ -61,6 +127,10 @@ class AttachmentsBar(QWidget):
         self.images: list[ImagePart] = []
         self.image_refusal: str | None = "Images need a vision model, and none is loaded."  # None: images go in
         self.counter = counter_for(None)
+        self.pdfs = PdfReadings(self)
+        self.pdfs.read.connect(self._pdf_read)
+        self.pdfs.refused.connect(self.refused)
+        self.pdfs.changed.connect(self._show)
         self.attach_button = QPushButton("Attach…")
         self.attach_button.setObjectName("AttachButton")
         self.attach_button.setToolTip(f"{FILES_TIP} {self.image_refusal}")
@@ -83,11 +153,17 @@ class AttachmentsBar(QWidget):
         self.attach_button.setToolTip(f"{FILES_TIP} " + (self.image_refusal or "Images (PNG, JPEG, WebP, a GIF's "
                                                           "first frame) go to the loaded vision model."))
 
-    def add_paths(self, paths: list[Path]) -> None:
+    def add_paths(self, paths: list[Path], counter: TokenCounter | None = None) -> None:
+        """Attaches each file, or says why not; a PDF's text follows, read off the GUI thread."""
+        self.counter = counter or self.counter
         for path in paths:
             try:
                 if not is_image_path(path):
-                    self.attachments.append(read_attachment(path))
+                    read = read_file(path)
+                    if isinstance(read, PdfFile):
+                        self.pdfs.add(read)
+                    else:
+                        self.attachments.append(read)
                 elif self.image_refusal is not None:
                     self.refused.emit(f"{path.name} was not attached: {self.image_refusal}",
                                       "Load a vision model in Settings, or describe the image in words.")
@@ -100,6 +176,20 @@ class AttachmentsBar(QWidget):
             except OSError as exc:
                 self.refused.emit(f"{path.name} was not attached: it can't be read ({exc.strerror or exc})",
                                   "Check that it exists and that you may read it.")
+        self._show()
+
+    def still_reading(self) -> bool:
+        """Whether a PDF is still being read; if so, says so (a question sent now would go without it)."""
+        if self.pdfs.reading is not None:
+            self.refused.emit(f"{self.pdfs.reading.name} is still being read: the question waits for it",
+                              "Send again once its chip shows, or Cancel its reading to send without it.")
+        return self.pdfs.reading is not None
+
+    def _pdf_read(self, attachment: Attachment) -> None:
+        self.attachments.append(attachment)
+        if attachment.note:
+            self.refused.emit(f"{attachment.name} was attached in part: {attachment.note}",
+                              "Attach the pages that matter as a smaller PDF or as text.")
         self._show()
 
     def remove(self, index: int) -> None:
@@ -129,6 +219,9 @@ class AttachmentsBar(QWidget):
         chips: list[Attachment | ImagePart] = [*self.attachments, *self.images]
         for index, attached in enumerate(chips):
             self._row.insertWidget(1 + index, self._chip(index, attached))
+        if self.pdfs.reading is not None:
+            self._row.insertWidget(1 + len(chips), _reading_chip(self.pdfs.reading.name, len(self.pdfs.waiting),
+                                                                 self.pdfs.cancel))
         self.changed.emit()
 
     def chip_text(self, attached: Attachment | ImagePart) -> str:
@@ -155,6 +248,24 @@ class AttachmentsBar(QWidget):
         row.addWidget(label)
         row.addWidget(remove)
         return chip
+
+
+def _reading_chip(name: str, waiting: int, cancel: Callable[[], None]) -> QWidget:
+    """The PDF being read (and how many wait behind it), with the Cancel that ends its reading."""
+    chip = QWidget()
+    chip.setObjectName("ReadingChip")
+    row = QHBoxLayout(chip)
+    row.setContentsMargins(4, 0, 0, 0)
+    label = QLabel()
+    label.setTextFormat(Qt.TextFormat.PlainText)  # a file's name is outside text
+    label.setText(f"Reading {name}…" + (f" ({waiting} more waiting)" if waiting else ""))
+    button = QPushButton("Cancel")
+    button.setObjectName("CancelReading")
+    button.setToolTip("Stop reading this PDF" + (" and those waiting" if waiting else ""))
+    button.clicked.connect(cancel)
+    row.addWidget(label)
+    row.addWidget(button)
+    return chip
 
 
 def _size(size: int) -> str:
