@@ -242,7 +242,8 @@ class MainWindow(QMainWindow):
         await self.session.send(text, self.session.question_edit.take(), images)  # an edit: a new branch there
 
     def attach(self, paths: list[Path]) -> None:
-        self.attachments.add_paths(paths, model_counter(self.controller.settings))
+        self.attachments.counter = model_counter(self.controller.settings)
+        self.attachments.add_paths(paths)
 
     def on_reply_started(self, conversation: Conversation) -> None:
         self.notice_label.hide()
