@@ -234,35 +234,32 @@ class AttachmentsBar(QWidget):
         return f"{attached.name} · {_size(attached.size_bytes)} · {'' if self.counter.exact else '≈'}{tokens:,} tokens"
 
     def _chip(self, index: int, attached: Attachment | ImagePart) -> QWidget:
-        chip = QWidget()
-        chip.setObjectName("AttachmentChip")
-        row = QHBoxLayout(chip)
-        row.setContentsMargins(4, 0, 0, 0)
-        label = QLabel()
-        label.setTextFormat(Qt.TextFormat.PlainText)  # a file's name is outside text
-        label.setText(self.chip_text(attached))
         remove = QToolButton()
         remove.setText("✕")
         remove.setToolTip("Remove this file")
         remove.clicked.connect(lambda: self.remove(index))
-        row.addWidget(label)
-        row.addWidget(remove)
-        return chip
+        return _chip_widget("AttachmentChip", self.chip_text(attached), remove)
 
 
 def _reading_chip(name: str, waiting: int, cancel: Callable[[], None]) -> QWidget:
     """The PDF being read (and how many wait behind it), with the Cancel that ends its reading."""
-    chip = QWidget()
-    chip.setObjectName("ReadingChip")
-    row = QHBoxLayout(chip)
-    row.setContentsMargins(4, 0, 0, 0)
-    label = QLabel()
-    label.setTextFormat(Qt.TextFormat.PlainText)  # a file's name is outside text
-    label.setText(f"Reading {name}…" + (f" ({waiting} more waiting)" if waiting else ""))
     button = QPushButton("Cancel")
     button.setObjectName("CancelReading")
     button.setToolTip("Stop reading this PDF" + (" and those waiting" if waiting else ""))
     button.clicked.connect(cancel)
+    return _chip_widget("ReadingChip", f"Reading {name}…" + (f" ({waiting} more waiting)" if waiting else ""),
+                        button)
+
+
+def _chip_widget(object_name: str, text: str, button: QWidget) -> QWidget:
+    """A chip of the bar: ``text`` (a file's name is outside text: shown as plain text) and its button."""
+    chip = QWidget()
+    chip.setObjectName(object_name)
+    row = QHBoxLayout(chip)
+    row.setContentsMargins(4, 0, 0, 0)
+    label = QLabel()
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setText(text)
     row.addWidget(label)
     row.addWidget(button)
     return chip
