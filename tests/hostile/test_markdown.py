@@ -88,3 +88,30 @@ def test_200_kb_of_unclosed_maths_renders_within_a_hang_guard() -> None:
     deadline only guards against a hang, far above any machine's time; the linear-work test above holds the cost."""
     done = subprocess.run([sys.executable, "-c", HANG_GUARD], capture_output=True, text=True, timeout=90)
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+
+
+def test_a_one_line_streamed_answer_is_not_rendered_whole_at_every_refresh(qtbot, monkeypatch) -> None:
+    """Bug caught: a streamed answer of one long line (a price list with no line break) was never committed,
+    so every refresh (about ten a second) ran the whole line through Markdown again: the window froze for
+    longer with each refresh. Counted in characters handed to the renderer, not timed."""
+    from app.ui.chat import answer_view
+
+    rendered: list[int] = []
+    real_answer_html = answer_view.answer_html
+
+    def counting(text: str, *args: object, **kwargs: object) -> str:
+        rendered.append(len(text))
+        return real_answer_html(text, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(answer_view, "answer_html", counting)
+    pane = answer_view.AnswerPane()
+    qtbot.addWidget(pane)
+    pane.append("$5 " * 100_000)  # 300 KB, one line
+    pane.render_markdown()
+    assert sum(rendered) <= 310_000, "the first refresh renders the line once"
+    rendered.clear()
+    for _ in range(5):  # the line goes on streaming
+        pane.append("$5 " * 300)
+        pane.render_markdown()
+    assert sum(rendered) < 5 * (2 * answer_view.MAX_MARKDOWN_TAIL + 900), rendered
+    assert pane.view.toPlainText().count("$5") == 100_000 + 5 * 300
