@@ -44,6 +44,19 @@ def split_cores_between_workers() -> str | None:
 if (bound_cores := split_cores_between_workers()) is not None:
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = bound_cores
 
+
+def one_thread_per_worker_when_workers_fill_the_cores() -> None:
+    """torch's CPU work (the KV quality check in transformers, calibration) on one OpenMP thread per xdist worker
+    when the workers already fill the cores: two workers each spinning two OpenMP threads on two cores slowed
+    the fast part's slowest test (the quality check) severalfold. Set before anything imports torch; children
+    inherit it."""
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if count and int(count) >= len(os.sched_getaffinity(0)):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+one_thread_per_worker_when_workers_fill_the_cores()
+
 XDG_VARS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")
 
 
