@@ -330,12 +330,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os._exit(_EXIT_STATUS[-1])
 
 
-# The real-engine files that take longest (docs/BENCHMARKS.md, "Test suite time"), longest first. On xdist
-# workers a file is the unit of work, handed out in collection order: a long file handed out last keeps one
-# worker busy while the other idles. A stale list only costs balance, never a check.
-LONGEST_FILES_FIRST = ("test_shutdown_real.py", "test_fp8_bench.py", "test_measure_dialog.py", "test_kv_quality.py",
-                       "test_engine_process_real.py", "test_saturation_bench.py", "test_faults_real.py",
-                       "test_kv_engine_check.py", "test_engine_real.py")
+# The real-engine files that take longest (measured 2026-12-04 with --durations; docs/dev/tests.md), longest first.
+# On xdist workers a file is the unit of work, handed out in collection order: a long file handed out last keeps
+# one worker busy while the other idles. A stale list only costs balance, never a check.
+LONGEST_FILES_FIRST = ("test_fp8_bench.py", "test_kv_quality.py", "test_measure_dialog.py", "test_shutdown_real.py",
+                       "test_faults_real.py", "test_remote_real.py", "test_kv_engine_check.py",
+                       "test_engine_process_real.py", "test_saturation_bench.py", "test_speculation_real.py",
+                       "test_api_server.py", "test_engine_real.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
