@@ -129,7 +129,7 @@ def close_ui_loop() -> None:
         _QT = None
 
 
-def _scratch_history() -> Any:
+def scratch_history() -> Any:
     """A history of the bench's own, deleted at exit: the UI benches' 50,000-token chats stay out of the user's."""
     import atexit
     import shutil
@@ -141,6 +141,22 @@ def _scratch_history() -> Any:
     folder = Path(tempfile.mkdtemp(prefix="nalar-bench-history-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return HistoryStore(folder / "history.sqlite3")
+
+
+def bench_window(engine: Any, settings: Settings, *, history: Any = None, keys: Any = None) -> tuple[Any, Any]:
+    """A window of the app's own start-up (app_main.open_window) on the benches' one Qt app, and its loop: how the
+    other benches' modules get a window without importing Qt or ui/."""
+    from app.ui.app_main import open_window
+
+    _, loop = _qt_app()
+    return open_window(engine, settings, history=history, keys=keys), loop
+
+
+def close_bench_window(window: Any) -> None:
+    """``window`` closed as the user closes it, then what the app's exit ends with it (app_main.end_window)."""
+    from app.ui.app_main import end_window
+
+    end_window(window)
 
 
 def _send(window: Any, text: str) -> None:
@@ -157,24 +173,26 @@ class StallMeter:
 
         self.interval = interval_ms / 1000
         self.longest = 0.0
-        self._last = time.perf_counter()
+        self.last_tick = time.perf_counter()  # read by a watching thread: how long the loop has been held now
         self._timer = QTimer()
         self._timer.setInterval(interval_ms)
         self._timer.timeout.connect(self._tick)
 
     def start(self) -> None:
-        self._last = time.perf_counter()
+        self.last_tick = time.perf_counter()
         self.longest = 0.0
         self._timer.start()
 
     def stop(self) -> float:
+        """The longest gap, the one still open counted too (a loop held until now never ticked again)."""
         self._timer.stop()
+        self._tick()
         return self.longest
 
     def _tick(self) -> None:
         now = time.perf_counter()
-        self.longest = max(self.longest, now - self._last - self.interval)
-        self._last = now
+        self.longest = max(self.longest, now - self.last_tick - self.interval)
+        self.last_tick = now
 
 
 def _wait(loop: Any, condition: Any, timeout: float) -> None:
@@ -200,7 +218,7 @@ def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0, maths: bool = Fa
     thinking = words[: len(words) // 5]
     answer = words[len(words) // 5:]
     script = Script(["<think>", *thinking, "</think>", *answer], tokens_per_second=rate)
-    window = open_window(ScriptedEngineDouble([script]), Settings(), history=_scratch_history())
+    window = open_window(ScriptedEngineDouble([script]), Settings(), history=scratch_history())
     meter = StallMeter()
     finished: list[Any] = []
     window.reply_finished.connect(finished.append)
@@ -239,7 +257,7 @@ def bench_ui_thread(answer_words: int = 500) -> dict[str, Any]:
     from app.ui.app_main import open_window
 
     app, _ = _qt_app()
-    window = open_window(ScriptedEngineDouble(), Settings(), history=_scratch_history())  # only its view is timed
+    window = open_window(ScriptedEngineDouble(), Settings(), history=scratch_history())  # only its view is timed
     view = window.chat_view
     view.render_thread(Conversation(turns=[Turn("warm-up", answer="x")]))  # fonts load once, not in a figure
     result: dict[str, Any] = {"benchmark": "ui-thread", "answer_words": answer_words}
@@ -269,7 +287,7 @@ def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
     app, loop = _qt_app()
     host = BenchEngineProcess()  # the app's local engine, vLLM in a child process, plus raw AsyncLLM runs
     settings = Settings(engine=_model_config(), sampling=SamplingConfig(think_budget=0, max_tokens=tokens))
-    window = open_window(host, settings, history=_scratch_history())
+    window = open_window(host, settings, history=scratch_history())
     meter = StallMeter()
     finished: list[Any] = []
     window.reply_finished.connect(finished.append)

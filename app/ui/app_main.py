@@ -121,6 +121,16 @@ def open_window(engine: EngineBase, settings: Settings, notice: str | None = Non
     return window
 
 
+def end_window(window: MainWindow) -> None:
+    """``window`` closed as the user closes it, then what the app's exit ends with it: the formula drawer's child,
+    which the process's windows share and which otherwise ends at exit. For a bench that opens many windows in one
+    process and checks after each that nothing is left running; a later formula starts a new child."""
+    from app.ui.chat.answer_view import close_formula_drawer
+
+    window.close()
+    close_formula_drawer()
+
+
 def close_qt(app: QApplication, loop: qasync.QEventLoop) -> None:
     """End a loop that ``start_qt`` made and that is not running: its tasks first, then the loop, before Qt's
     objects go (closed after them, qasync raised "Signal source has been deleted" at exit)."""

@@ -190,6 +190,25 @@ def test_formulas_are_drawn_in_a_child_process_and_shown_on_the_gui_thread(qtbot
     assert threads["shown on"] == threading.main_thread().name
 
 
+def test_closing_the_drawer_ends_its_child_and_the_next_formula_starts_another(qtbot) -> None:
+    """What `nalar bench hostile` relies on to find what a window leaves running: the drawer's child, shared by
+    every window of the process, ends at ``close_formula_drawer`` as at the app's exit, and drawing goes on after.
+    Bug caught: a drawer that could not start again once closed (every later formula shown as its source)."""
+    pane = AnswerPane()
+    qtbot.addWidget(pane)
+    stream(pane, f"First $a + {unseen()}$.")
+    pane.finish()
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
+    first = answer_view.formula_drawer().worker.pid
+    assert first is not None
+    answer_view.close_formula_drawer()
+    qtbot.waitUntil(lambda: not Path(f"/proc/{first}").exists(), timeout=30_000)
+    stream(pane, f" Then $b + {unseen()}$.")
+    pane.finish()
+    qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 2, timeout=60_000)
+    assert answer_view.formula_drawer().worker.pid not in (None, first)
+
+
 def unseen() -> int:
     """A number no other test's formula holds: the drawer keeps what it drew for the whole process, so a test
     that needs a formula drawn (not found drawn already) uses one of its own."""

@@ -126,6 +126,12 @@ def formula_drawer() -> FormulaDrawer:
     return _DRAWER
 
 
+def close_formula_drawer() -> None:
+    """The drawer's child ended now, as at the app's exit; the next formula starts a new one."""
+    if _DRAWER is not None:
+        _DRAWER.worker.close()
+
+
 def link_refusal(link: Link) -> str | None:
     """Why a link must not open, or None where it may (after the address is shown, if the text differs)."""
     scheme = QUrl(link.href).scheme().lower()
