@@ -46,17 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
                        choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "history",
-                                "compare", "all"],
+                                "compare", "hostile", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
                             "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; spec: "
                             "each speculative decoding method vLLM accepts here against none (tok/s per phase, "
                             "acceptance, where greedy text parts; --kv-dtypes' first dtype); compare: a Compare's "
                             "three variants at once vs one after another (--tokens: budget and answer, default 64); "
-                            "engine|ui|startup|trim|all: developer benchmarks")
+                            "hostile: each hostile input given to the window (stall, time to the answer, what is left "
+                            "running; --only NAME…); engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
     bench.add_argument("--json", action="store_true", help="print results as JSON")
+    bench.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                       help="`bench hostile`: only these cases (an unknown name lists them)")
     bench.add_argument("--progress-jsonl", action="store_true", help="write job lines (progress, result) on stdout")
     bench.add_argument("--depths", type=_int_list, default=None, help="context depths, e.g. 1024,4096,8192")
     bench.add_argument("--kv-dtypes", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
@@ -206,6 +209,10 @@ def run_command(args: argparse.Namespace) -> int:
         from app.commands.compare.compare_bench import run_compare_bench
 
         return run_compare_bench(tokens=args.tokens or 64, as_json=args.json)
+    if args.command == "bench" and args.what == "hostile":
+        from app.commands.hostile.hostile_bench import run_hostile_bench
+
+        return run_hostile_bench(args.only, as_json=args.json)
     if args.command == "bench":
         from app.commands.bench import run_bench
 
