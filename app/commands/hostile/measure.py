@@ -107,33 +107,38 @@ class StallWitness:
         self.meter, self.goal_s = meter, goal_s
         self._done = threading.Event()
         self._held: dict[float, float] = {}  # stall (by the tick it began after) → longest seen
-        self._places: dict[float, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        # stall → place → seconds the GUI thread was seen there
+        self._places: dict[float, dict[str, float]] = collections.defaultdict(lambda: collections.defaultdict(float))
         self._thread = threading.Thread(target=self._watch, daemon=True, name="nalar-bench-stall-witness")
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> str | None:
-        """Where the GUI thread was most often during the longest stall past the goal."""
+        """Where the GUI thread spent most of the longest stall past the goal."""
         self._done.set()
         self._thread.join(5)
         if not self._held:
             return None
         longest = max(self._held, key=self._held.__getitem__)
         places = self._places[longest]
-        return places.most_common(1)[0][0] if places else "in Qt (no Python frame of Nalar's seen)"
+        return max(places, key=places.__getitem__) if places else "in Qt (no Python frame of Nalar's seen)"
 
     def _watch(self) -> None:
+        """Each sample weighs the time since the one before: a Qt call that keeps the GIL (a long setHtml) lets
+        no sample in while it runs, and the first one after it, still in the caller, carries that time."""
         gui = threading.main_thread().ident
+        sampled = time.perf_counter()
         while not self._done.wait(0.01):
-            began = self.meter.last_tick
-            held = time.perf_counter() - began
+            now = time.perf_counter()
+            began, weight, sampled = self.meter.last_tick, now - sampled, now
+            held = now - began
             if held < self.goal_s or gui is None:
                 continue
             self._held[began] = held
             place = app_place(sys._current_frames().get(gui))
             if place is not None:
-                self._places[began][place] += 1
+                self._places[began][place] += weight
 
 
 def measure(case: Case, root: Path) -> CaseResult:
