@@ -210,8 +210,9 @@ def left_running(before: set[int]) -> list[str]:
     _, alive = psutil.wait_procs(fresh, timeout=LEFT_GRACE_S)
     named = []
     for child in alive:
-        with contextlib.suppress(psutil.Error):
-            named.append(f"pid {child.pid}: {' '.join(child.cmdline())[:120]}")
+        with contextlib.suppress(psutil.Error, IndexError):
+            program, *arguments = child.cmdline()  # the program by its name: where it is installed says nothing
+            named.append(f"pid {child.pid}: {' '.join([Path(program).name, *arguments])[:120]}")
         with contextlib.suppress(psutil.Error):
             child.kill()
     psutil.wait_procs(alive, timeout=LEFT_GRACE_S)
