@@ -17,7 +17,7 @@ MEGABYTE = 1_000_000
 HUGE_QUERY_WORDS = 100_000
 LONG_CHAT_TURNS = 16_000
 PDF_PAGES = 2_000
-PDF_LINES = 300  # text lines in the one content stream every page shows: about 20 ms of pypdf a page here
+PDF_LINES = 600  # text lines in the one content stream every page shows: about 40 ms of pypdf a page here
 
 
 # ---- answers -------------------------------------------------------------------------------------------
@@ -97,7 +97,7 @@ def bom_then_bad_bytes(folder: Path) -> Path:
 
 
 def shared_stream_pdf(folder: Path, pages: int = PDF_PAGES, lines: int = PDF_LINES) -> Path:
-    """``pages`` pages that all show one compressed content stream of ``lines`` text lines: about 280 KB on disk,
+    """``pages`` pages that all show one compressed content stream of ``lines`` text lines: about 290 KB on disk,
     and pypdf reads the stream again for every page (the 2,000-page one froze the window over 60 s)."""
     from pypdf import PdfWriter
     from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject

@@ -34,6 +34,7 @@ LEFT_GRACE_S = 2.0  # after close, children get this long to end before they cou
 _ROOT = Path(__file__).resolve().parents[3]  # the checkout: frames are named relative to it
 _APP = str(_ROOT / "app")
 _COMMANDS = str(_ROOT / "app" / "commands")  # the bench and its command line: not the window's own work
+_ENTRY = {str(_ROOT / "app" / name) for name in ("__main__.py", "cli.py")}
 
 
 @dataclass
@@ -54,12 +55,15 @@ class CaseResult:
 
 
 def app_place(frame: FrameType | None, depth: int = 3) -> str | None:
-    """The innermost ``depth`` frames of Nalar's code (the commands', the bench's among them, left out), innermost
-    first."""
+    """The innermost ``depth`` frames of Nalar's code above the bench's own, innermost first; None where the GUI
+    thread is in the bench (its wait, its stall meter) or in Qt and qasync under it. The bench's frames, and the
+    command line's below them, are always at the stack's bottom: what runs above them is the window's work."""
     found: list[str] = []
     while frame is not None and len(found) < depth:
         name = frame.f_code.co_filename
-        if name.startswith(_APP) and not name.startswith(_COMMANDS):
+        if name.startswith(_COMMANDS) or name in _ENTRY:
+            break
+        if name.startswith(_APP):
             found.append(f"{Path(name).relative_to(_ROOT)}:{frame.f_lineno} {frame.f_code.co_name}")
         frame = frame.f_back
     return " ← ".join(found) or None
