@@ -576,6 +576,43 @@ def render_bench_compare(r: Results) -> str:
             f"tokens.\n\n" + measured(report))
 
 
+# ---- hostile inputs ------------------------------------------------------------------------------
+
+def render_hostile(r: Results) -> str:
+    """`nalar bench hostile`: per case the longest stall (bold past the goal), the time to the answer and its kind;
+    then where the GUI thread was held past the goal, what timed out, and what was left running."""
+    report = r("bench-hostile")
+    goal = report["goal"]["stall_ms"]
+    rows, notes = [], []
+    for case in report["cases"]:
+        stall = case["longest_stall_ms"]
+        shown = "–" if stall is None else f"{num(stall, 1)} ms"
+        when = f"none in {num(case['deadline_s'])} s" if case["answered_s"] is None else \
+            f"{num(case['answered_s'], 2)} s"
+        rows.append([f"`{case['name']}`", f"**{shown}**" if stall is not None and stall > goal else shown, when,
+                     case["answer"]])
+        if stall is not None and stall > goal and case.get("stalled_in"):
+            notes.append(f"- `{case['name']}`: the GUI thread was held in `{case['stalled_in']}`")
+        if case["answer"] == "timeout":
+            notes.append(f"- `{case['name']}`: no answer in {num(case['deadline_s'])} s; waited for "
+                         f"{case['waiting_for']}")
+        for left in case["left_running"]:
+            notes.append(f"- `{case['name']}`: left running after close: `{left.split(': ', 1)[-1]}`")
+    cases = report["cases"]
+    over = sum(1 for case in cases if (case["longest_stall_ms"] or 0) > goal)
+    answered = sum(1 for case in cases if case["answer"] != "timeout")
+    clean = sum(1 for case in cases if not case["left_running"])
+    out = table(["case", "longest stall", "time to answer", "answer"], rows, "lrrl")
+    out += (f"\nGoals: no stall over {goal} ms (met in {len(cases) - over} of {len(cases)} cases), every input "
+            f"answered within its deadline (met in {answered} of {len(cases)}), nothing left running after close "
+            f"(met in {clean} of {len(cases)}).\n")
+    if notes:
+        out += "\n" + "\n".join(notes) + "\n"
+    before, after = report["load_average_1min"]
+    note = f"1-minute load average {num(before)} before the run, {num(after)} after"
+    return out + "\n" + measured({**report, "note": note})
+
+
 RENDER: dict[str, Callable[[Results], str]] = {
     "suite": render_suite, "suite-table": render_suite_table,
     "ui-maths-stall": render_ui_maths_stall, "bench-ui": render_bench_ui, "bench-ui-real": render_bench_ui_real,
@@ -587,7 +624,7 @@ RENDER: dict[str, Callable[[Results], str]] = {
     "bench-saturation": render_bench_saturation, "loop-golden": render_loop_golden,
     "tool-fixtures": render_tool_fixtures, "maths-coverage": render_maths_coverage, "bench-maths": render_bench_maths,
     "spec-summary": render_spec_summary, "bench-spec": render_bench_spec,
-    "compare-summary": render_compare_summary, "bench-compare": render_bench_compare,
+    "compare-summary": render_compare_summary, "bench-compare": render_bench_compare, "hostile": render_hostile,
 }
 
 
