@@ -54,6 +54,9 @@ DRAWN_KEPT = 4096
 # Characters one refresh renders: the new text first, then the chunks whose formulas were drawn, while this
 # leaves room (at least one when nothing else renders); the rest wait for the next refresh.
 RENDER_BUDGET = 6000
+# The most finished text one refresh commits: a reopened 1 MB answer (or what a fast stream delivered during a slow
+# refresh) is committed over several refreshes instead of holding the window for seconds in one.
+COMMIT_BUDGET = 32_000
 _IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
 
 
@@ -405,6 +408,8 @@ class AnswerPane(QFrame):
             spent += size
         if at_bottom:
             bar.setValue(bar.maximum())
+        if self._dirty and not self._render_timer.isActive():  # text left for the next refreshes
+            self._render_timer.start()
 
     def _render_tail(self, text: str) -> int:
         """The text after the committed chunks rendered again, its finished blocks committed; its length."""
@@ -415,6 +420,9 @@ class AnswerPane(QFrame):
         cursor.removeSelectedText()
         self.document.collected.truncate(self._marks)  # the tail numbers its links and code anew
         while (stable := self._stable_end(text, self._committed)) > self._committed:
+            if self._committed - start >= COMMIT_BUDGET:  # the rest in the next refreshes; none rendered now
+                self._dirty = True
+                return self._committed - start
             self._chunks.append((self._committed, self._tail_start, self._marks))
             self._insert_block(cursor, text[self._committed:stable], streaming=False)
             for formula in self.document.collected.formulas[self._marks[0]:]:
