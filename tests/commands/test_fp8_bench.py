@@ -185,3 +185,20 @@ def test_gpu_floor_uses_the_spec_sheet_and_names_an_unknown_card() -> None:
     assert floor_ms(footprint.weight_bytes, footprint.kv_bytes_per_token["fp8_e4m3"], 8192, 1008.0) == \
         pytest.approx(expected)
     assert floor_ms(None, 100, 8192, 1008.0) is None and model_footprint(None).weight_bytes is None
+
+
+def test_tokens_that_arrive_together_give_a_decode_time_not_a_division_by_zero() -> None:
+    """Bug caught (seen in the Measure dialog's real bench on a loaded machine): vLLM handed all 8 tokens over in
+    the first output, so the decode took "0 ms" and tok/s divided by zero, failing the whole bench."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from app.commands.fp8_bench import timed_generation
+
+    class OneOutputHost:
+        async def raw_generate(self, prompt_ids: list[int], params: object, request_id: str):  # type: ignore[no-untyped-def]
+            await asyncio.sleep(0.01)  # ok-sleep: the prefill the measurement must see, in a scripted host
+            yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(range(8)))])
+
+    ttft, ms = asyncio.run(timed_generation(OneOutputHost(), [1, 2, 3], 8, "together"))
+    assert ttft > 0 and ms > 0 and ms == pytest.approx(ttft * 1000 / 8, rel=0.5)
