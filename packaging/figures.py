@@ -161,6 +161,17 @@ def render_suite_table(r: Results) -> str:
         f"\n*Measured {s['date']}, main at {s['main_at']}, on a {s['machine']}.*\n"
 
 
+def render_suite_files(r: Results) -> str:
+    s = r("suite")
+    parts = [(name, s[key]) for name, key in (("real engine", "real_engine"), ("fast", "fast"))]
+    rows = [[name, f"`{row['file']}`", str(row["tests"]), duration(row["seconds"])]
+            for name, part in parts for row in part.get("slowest_files", [])]
+    if not rows:
+        return "*This run's results file has no per-file times.*\n"
+    return table(["part", "file", "tests", "time (its tests added up)"], rows, "llrr") + \
+        f"\n*Measured {s['date']}, main at {s['main_at']}, on a {s['machine']}.*\n"
+
+
 # ---- the UI and the engine -----------------------------------------------------------------------
 
 def ui_runs(r: Results, benchmark: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -614,7 +625,7 @@ def render_hostile(r: Results) -> str:
 
 
 RENDER: dict[str, Callable[[Results], str]] = {
-    "suite": render_suite, "suite-table": render_suite_table,
+    "suite": render_suite, "suite-table": render_suite_table, "suite-files": render_suite_files,
     "ui-maths-stall": render_ui_maths_stall, "bench-ui": render_bench_ui, "bench-ui-real": render_bench_ui_real,
     "engine-speed": render_engine_speed, "bench-engine": render_bench_engine,
     "bench-history": render_bench_history, "startup": render_startup, "bench-trim": render_bench_trim,
@@ -707,7 +718,20 @@ def junit_part(path: Path, workers: int) -> dict[str, Any]:
         xfailed += sum(1 for case in suite.iter("testcase") for skip in case.findall("skipped")
                        if skip.get("type") == "pytest.xfail")
     return {"passed": tests - failed - skipped, "failed": failed, "skipped": skipped - xfailed, "xfailed": xfailed,
-            "seconds": round(seconds, 1), "workers": workers}
+            "seconds": round(seconds, 1), "workers": workers, "slowest_files": slowest_files(suites)}
+
+
+def slowest_files(suites: list[ElementTree.Element], count: int = 10) -> list[dict[str, Any]]:
+    """The test files that took longest (setup, call and teardown of their tests added up): where the time goes."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, int] = {}
+    for suite in suites:
+        for case in suite.iter("testcase"):
+            name = case.get("classname", "").replace(".", "/") + ".py"
+            seconds[name] = seconds.get(name, 0.0) + float(case.get("time", 0.0))
+            tests[name] = tests.get(name, 0) + 1
+    ranked = sorted(seconds, key=lambda name: -seconds[name])[:count]
+    return [{"file": name, "seconds": round(seconds[name], 1), "tests": tests[name]} for name in ranked]
 
 
 def this_machine() -> str:

@@ -123,8 +123,10 @@ def test_suite_json_is_written_from_the_two_junit_files(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text(encoding="utf-8")) == {
         "date": "2026-12-04", "machine": "a test machine", "main_at": "abc1234", "setup_s": 180.0,
-        "fast": {"passed": 7, "failed": 2, "skipped": 1, "xfailed": 2, "seconds": 61.2, "workers": 2},
-        "real_engine": {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "seconds": 0.5, "workers": 1},
+        "fast": {"passed": 7, "failed": 2, "skipped": 1, "xfailed": 2, "seconds": 61.2, "workers": 2,
+                 "slowest_files": [{"file": "t.py", "seconds": 0.0, "tests": 3}]},
+        "real_engine": {"passed": 0, "failed": 0, "skipped": 0, "xfailed": 0, "seconds": 0.5, "workers": 1,
+                        "slowest_files": []},
         "total_s": 245.4}
     # The file renders: the README's sentence counts every test of a part, whatever its outcome.
     module = figures()
@@ -141,3 +143,17 @@ def test_a_missing_junit_file_is_an_error_not_an_empty_suite(tmp_path: Path) -> 
                            str(tmp_path / "suite.json")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "no such junit file" in done.stderr
     assert not (tmp_path / "suite.json").exists()
+
+
+def test_the_slowest_files_add_up_their_tests_and_come_longest_first(tmp_path: Path) -> None:
+    """Bug caught: "where the time goes" naming a file by one test's time, or in junit order, so the docs and
+    LONGEST_FILES_FIRST point at the wrong files."""
+    path = tmp_path / "real.xml"
+    cases = [("tests.real.test_a", 30.0), ("tests.commands.test_b", 50.0), ("tests.real.test_a", 40.0)]
+    body = "".join(f'<testcase classname="{name}" name="c{n}" time="{seconds}"/>'
+                   for n, (name, seconds) in enumerate(cases))
+    path.write_text(f'<testsuites><testsuite name="pytest" errors="0" failures="0" skipped="0" tests="3" '
+                    f'time="90">{body}</testsuite></testsuites>', encoding="utf-8")
+    assert figures().junit_part(path, 2)["slowest_files"] == [
+        {"file": "tests/real/test_a.py", "seconds": 70.0, "tests": 2},
+        {"file": "tests/commands/test_b.py", "seconds": 50.0, "tests": 1}]
