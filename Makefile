@@ -32,7 +32,7 @@ system-test:
 
 # Convert the embedded SmolLM2-135M once (idempotent: a manifest marks a finished folder).
 model: $(VENV)/.setup-app
-	@$(STEP) "the embedded test model (SmolLM2-135M)" $(PY) -m app.core.models.embedded_model
+	@$(STEP) "the embedded model (SmolLM2-135M, converted once)" $(PY) -m app.core.models.embedded_model
 
 run: system-run setup
 	$(PY) -m app
