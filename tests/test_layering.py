@@ -58,10 +58,10 @@ INSIDE = {
 }
 # The one way into ui/ from commands/: the window's start-up, for `nalar` itself and for `nalar bench ui`.
 UI_ENTRY = "app.ui.app_main"
-UI_ENTRY_USERS = {"app.commands.cli", "app.commands.bench"}
+UI_ENTRY_USERS = {"app.commands.cli", "app.commands.window_bench.harness"}
 # Which folders may import Qt: the window, and the one command that benchmarks it.
 QT_ALLOWED = {"ui"}
-QT_ALLOWED_MODULES = {"app.commands.bench"}
+QT_ALLOWED_MODULES = {"app.commands.window_bench.harness"}
 
 SCAN = r"""
 import ast, json, sys

@@ -1,4 +1,4 @@
-"""`nalar bench …`: engine-layer overhead, UI throughput and stalls, start-up time, trimming.
+"""`nalar bench …`: engine-layer overhead, start-up time, trimming, memory; the UI benches are in window_bench/
 
 Targets are checked here, in measurements, not in timed tests. Results print as a
 table (or JSON) and are saved under the data dir's bench/ folder.
@@ -6,7 +6,6 @@ table (or JSON) and are saved under the data dir's bench/ folder.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import statistics
@@ -15,21 +14,12 @@ import sys
 import time
 from typing import Any
 
-import psutil
-
-from app.commands.bench_maths import synthetic_maths, synthetic_words
 from app.commands.jobs import machine_description, report_stem, save_json, sibling
-from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
+from app.commands.window_bench.harness import embedded_engine_config
+from app.commands.window_bench.streams import run_ui_benches
+from app.core.settings.settings import SamplingConfig
 
 PROMPT = [{"role": "user", "content": "Explain step by step why the sky is blue."}]
-# Long, steady output (so runs rarely stop early at EOS and compare like for like).
-COUNTING = "Count from 1 to 400, separated by commas."
-
-
-def _model_config(**overrides: Any) -> EngineConfig:
-    from app.core.models.embedded_model import ensure_embedded_model
-
-    return EngineConfig(model=str(ensure_embedded_model()), max_model_len=2048, **overrides)
 
 
 # ---- engine: raw AsyncLLM against the engine layer, same engine, same prompt ----------------
@@ -79,7 +69,7 @@ def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
 
     host = EngineHost()
     try:
-        ready = host.loop_thread.submit(host.start(_model_config(reasoning_mode=False))).result(600)
+        ready = host.loop_thread.submit(host.start(embedded_engine_config(reasoning_mode=False))).result(600)
         raw, layer = [], []
         deltas: list[str] = []
         for index in range(repeats):  # interleaved, so drift hits both sides alike
@@ -97,230 +87,6 @@ def bench_engine(tokens: int, repeats: int = 5) -> dict[str, Any]:
             "loop_guard_us_per_token": round(guard_us, 2),
             "loop_guard_share_of_decode": f"{guard_us / (1e6 / layer_median):.3%}",
             "layer_runs": [round(x, 2) for x in layer]}
-
-
-# ---- UI: synthetic 5,000 tok/s stream, and the real engine through the window ---------------
-
-_QT: tuple[Any, Any] | None = None  # the UI benches share one QApplication and one qasync loop
-
-
-def _qt_app() -> Any:
-    """The app's own Qt start-up (app_main.start_qt), made once; ``close_ui_loop`` ends it."""
-    global _QT
-    if _QT is not None:
-        return _QT
-    if not (os.environ.get("QT_QPA_PLATFORM") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        # Without a display Qt's plugin loader aborts the process; the UI benches measure the
-        # event loop, not drawing, so the offscreen platform serves them as well.
-        os.environ["QT_QPA_PLATFORM"] = "offscreen"
-        print("nalar bench: no display found; using Qt's offscreen platform", file=sys.stderr)
-    from app.ui.app_main import start_qt
-
-    _QT = start_qt([sys.argv[0]])
-    return _QT
-
-
-def close_ui_loop() -> None:
-    global _QT
-    if _QT is not None:
-        from app.ui.app_main import close_qt
-
-        close_qt(*_QT)
-        _QT = None
-
-
-def scratch_history() -> Any:
-    """A history of the bench's own, deleted at exit: the UI benches' 50,000-token chats stay out of the user's."""
-    import atexit
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    from app.core.chat.history import HistoryStore
-
-    folder = Path(tempfile.mkdtemp(prefix="nalar-bench-history-"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return HistoryStore(folder / "history.sqlite3")
-
-
-def bench_window(engine: Any, settings: Settings, *, history: Any = None, keys: Any = None) -> tuple[Any, Any]:
-    """A window of the app's own start-up (app_main.open_window) on the benches' one Qt app, and its loop: how the
-    other benches' modules get a window without importing Qt or ui/."""
-    from app.ui.app_main import open_window
-
-    _, loop = _qt_app()
-    return open_window(engine, settings, history=history, keys=keys), loop
-
-
-def close_bench_window(window: Any) -> None:
-    """``window`` closed as the user closes it, then what the app's exit ends with it (app_main.end_window)."""
-    from app.ui.app_main import end_window
-
-    end_window(window)
-
-
-def _send(window: Any, text: str) -> None:
-    """As the user sends: the prompt typed, then the "send" action (Ctrl+Return, Chat → Send)."""
-    window.prompt.setPlainText(text)
-    window.menus.trigger("send")
-
-
-class StallMeter:
-    """Longest gap between ticks of a fast timer on the UI loop: how long the UI froze."""
-
-    def __init__(self, interval_ms: int = 2) -> None:
-        from PySide6.QtCore import QTimer
-
-        self.interval = interval_ms / 1000
-        self.longest = 0.0
-        self.last_tick = time.perf_counter()  # read by a watching thread: how long the loop has been held now
-        self._timer = QTimer()
-        self._timer.setInterval(interval_ms)
-        self._timer.timeout.connect(self._tick)
-
-    def start(self) -> None:
-        self.last_tick = time.perf_counter()
-        self.longest = 0.0
-        self._timer.start()
-
-    def stop(self) -> float:
-        """The longest gap, the one still open counted too (a loop held until now never ticked again)."""
-        self._timer.stop()
-        self._tick()
-        return self.longest
-
-    def _tick(self) -> None:
-        now = time.perf_counter()
-        self.longest = max(self.longest, now - self.last_tick - self.interval)
-        self.last_tick = now
-
-
-def _wait(loop: Any, condition: Any, timeout: float) -> None:
-    import asyncio
-
-    async def until() -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError("benchmark condition not met in time")
-            await asyncio.sleep(0.01)
-
-    loop.run_until_complete(until())
-
-
-def bench_ui_synthetic(rate: int = 5000, seconds: float = 10.0, maths: bool = False) -> dict[str, Any]:
-    """``maths``: the answer carries formulas (``synthetic_maths``), which the answer pane draws as they close."""
-    from app.engine.scripted import Script, ScriptedEngineDouble
-    from app.ui.app_main import open_window
-
-    app, loop = _qt_app()
-    words = (synthetic_maths if maths else synthetic_words)(int(rate * seconds))
-    thinking = words[: len(words) // 5]
-    answer = words[len(words) // 5:]
-    script = Script(["<think>", *thinking, "</think>", *answer], tokens_per_second=rate)
-    window = open_window(ScriptedEngineDouble([script]), Settings(), history=scratch_history())
-    meter = StallMeter()
-    finished: list[Any] = []
-    window.reply_finished.connect(finished.append)
-    window.menus.trigger("restart_engine")
-    _wait(loop, window.controls.send_button.isEnabled, 30)
-    # A conversation of its own: appended to the last one in the history, the stall measured the
-    # re-render of every earlier run's 50,000-token reply (330 ms for 560 KB), not the stream.
-    window.menus.trigger("new_conversation")
-    # The windows of the benches before it, freed by a full collection that fell mid-stream, measured 45-225 ms
-    # of this stream's stall: collected now.
-    gc.collect()
-    meter.start()
-    started = time.perf_counter()
-    _send(window, "synthetic")
-    _wait(loop, lambda: bool(finished), seconds * 4 + 30)
-    elapsed = time.perf_counter() - started
-    # Formulas drawn after the stream still reach the window: the stall counts until the last is in place.
-    _wait(loop, lambda: not window.chat_view.answer_pane.drawing, 300)
-    drawn_after = time.perf_counter() - started - elapsed
-    stall = meter.stop()
-    # The reasoning splitter drops the whitespace just before </think>.
-    reply = window.session.reply
-    complete = reply.thinking == "".join(thinking).rstrip() and reply.answer == "".join(answer)
-    window.close()
-    return {"benchmark": "ui-synthetic-maths" if maths else "ui-synthetic", "rate_tok_s": rate,
-            "seconds_planned": seconds, "seconds_taken": round(elapsed, 2), "tokens": len(words),
-            "finish_reason": finished[0].reason,
-            "longest_ui_stall_ms": round(stall * 1000, 1), "every_character_arrived": complete,
-            "formulas_in_place_s_after_the_stream": round(drawn_after, 2)}
-
-
-def bench_ui_thread(answer_words: int = 500) -> dict[str, Any]:
-    """A send in a long conversation: the thread above the live reply gains one reply and one question."""
-    from app.core.chat.conversation import Conversation, Turn
-    from app.engine.scripted import ScriptedEngineDouble
-    from app.ui.app_main import open_window
-
-    app, _ = _qt_app()
-    window = open_window(ScriptedEngineDouble(), Settings(), history=scratch_history())  # only its view is timed
-    view = window.chat_view
-    view.render_thread(Conversation(turns=[Turn("warm-up", answer="x")]))  # fonts load once, not in a figure
-    result: dict[str, Any] = {"benchmark": "ui-thread", "answer_words": answer_words}
-    for turns in (10, 30, 60):
-        conversation = Conversation(turns=[Turn(f"question {n}", answer="".join(synthetic_words(answer_words)),
-                                                finish_reason="stop") for n in range(turns)])
-        view.start_reply(conversation)  # the conversation as shown before the send
-        app.processEvents()
-        conversation.add_turn(Turn("the next question"))
-        started = time.perf_counter()
-        view.start_reply(conversation)
-        result[f"send after {turns} turns: ms"] = round((time.perf_counter() - started) * 1000, 1)
-    window.close()
-    return result
-
-
-def bench_ui_real(tokens: int, repeats: int = 5) -> dict[str, Any]:
-    """Real engine: UI stall while loading, then end-to-end tok/s through the window against raw AsyncLLM.
-
-    Both sides time the whole request (prefill included), for the same prompt and token count:
-    the window from the Send click to the finished reply on screen, raw AsyncLLM from the call
-    to its last token.
-    """
-    from app.engine.process.bench_entry import BenchEngineProcess
-    from app.ui.app_main import open_window
-
-    app, loop = _qt_app()
-    host = BenchEngineProcess()  # the app's local engine, vLLM in a child process, plus raw AsyncLLM runs
-    settings = Settings(engine=_model_config(), sampling=SamplingConfig(think_budget=0, max_tokens=tokens))
-    window = open_window(host, settings, history=scratch_history())
-    meter = StallMeter()
-    finished: list[Any] = []
-    window.reply_finished.connect(finished.append)
-    raw, through_window, parent_cpu, engine_front_cpu = [], [], [], []
-    me = psutil.Process()
-    meter.start()
-    window.menus.trigger("restart_engine")
-    _wait(loop, window.controls.send_button.isEnabled, 600)
-    load_stall = meter.stop()
-    front = psutil.Process(host.pid)  # vLLM's engine client (AsyncLLM and the reply layer), not EngineCore
-    for index in range(repeats):
-        window.menus.trigger("new_conversation")
-        finished.clear()
-        prompt = f"{COUNTING} ({index})"
-        cpu_before, front_before = sum(me.cpu_times()[:2]), sum(front.cpu_times()[:2])
-        sent = time.perf_counter()
-        _send(window, prompt)
-        _wait(loop, lambda: bool(finished), 600)
-        elapsed = time.perf_counter() - sent
-        parent_cpu.append((sum(me.cpu_times()[:2]) - cpu_before) / elapsed)
-        engine_front_cpu.append((sum(front.cpu_times()[:2]) - front_before) / elapsed)
-        produced = finished[0].metrics.answer_tokens
-        through_window.append(produced / elapsed)
-        messages = [{"role": "user", "content": prompt}]
-        raw.append(host.loop_thread.submit(host.measure_raw(produced, index, messages)).result(600))
-    window.close()
-    raw_median, window_median = statistics.median(raw), statistics.median(through_window)
-    return {"benchmark": "ui-real", "max_tokens": tokens, "longest_ui_stall_while_loading_ms":
-            round(load_stall * 1000, 1), "raw_asyncllm_tok_s": round(raw_median, 2),
-            "through_window_tok_s": round(window_median, 2), "ratio": round(window_median / raw_median, 3),
-            "raw_runs": [round(x, 2) for x in raw], "window_runs": [round(x, 2) for x in through_window],
-            "app_process_cpu_share_while_streaming": round(statistics.median(parent_cpu), 3),
-            "engine_process_cpu_share_while_streaming": round(statistics.median(engine_front_cpu), 3)}
 
 
 # ---- trimming: a long conversation cut to the context, on the real tokenizer ----------------------
@@ -417,18 +183,6 @@ def bench_memory(runs: int = 5) -> dict[str, Any]:
     return {"benchmark": "memory", "copy": "numpy, one thread, 256 MiB, best of 5, read + write counted",
             "runs_gbps": [round(g, 1) for g in gbps], "median_gbps": round(median, 1),
             "load_average": round(os.getloadavg()[0], 1), **ceilings}
-
-
-def run_ui_benches(tokens: int, *, real: bool = True, seconds: float = 10.0) -> list[dict[str, Any]]:
-    """The UI benches on one Qt app and loop, closed (loop first) when they end."""
-    try:
-        results = [bench_ui_synthetic(seconds=seconds), bench_ui_synthetic(seconds=seconds, maths=True),
-                   bench_ui_thread()]
-        if real:
-            results.append(bench_ui_real(tokens))
-        return results
-    finally:
-        close_ui_loop()
 
 
 def run_bench(what: str, *, tokens: int, as_json: bool) -> int:

@@ -45,7 +45,7 @@ def test_the_synthetic_maths_answer_has_formulas_and_is_not_a_loop() -> None:
 def test_the_synthetic_stream_arrives_whole_and_takes_its_planned_time() -> None:
     """Bugs caught: a stream cut short (by the loop guard or an error) still reported as measured; a
     pane that drops or reorders characters under a 5,000 tok/s stream."""
-    code = ("import json; from app.commands.bench import bench_ui_synthetic; "
+    code = ("import json; from app.commands.window_bench.streams import bench_ui_synthetic; "
             "print(json.dumps(bench_ui_synthetic(rate=5000, seconds=1)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
@@ -60,7 +60,7 @@ def test_the_ui_benches_end_without_a_traceback() -> None:
     """Bug caught: each UI bench made its own qasync loop and one was never closed, so the command ended with
     "Signal source has been deleted" (the loop closed after its Qt objects, from its __del__ at exit)."""
     # The real command's order: a window bench, the thread bench, another window bench (the real engine's).
-    code = ("from app.commands import bench\n"
+    code = ("from app.commands.window_bench import streams as bench\n"
             "try:\n    bench.bench_ui_synthetic(seconds=0.5); bench.bench_ui_thread(50); "
             "bench.bench_ui_synthetic(seconds=0.5)\nfinally:\n    bench.close_ui_loop()\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,

@@ -235,7 +235,8 @@ def test_settings_has_a_shortcut_on_every_platform(qtbot, make_window) -> None:
 def test_ui_bench_without_a_display_falls_back_to_offscreen() -> None:
     """`nalar bench ui` with no display aborted inside Qt's plugin loader. Bug caught: no fallback."""
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
-    code = "from app.commands.bench import _qt_app; app, loop = _qt_app(); print('platform', app.platformName())"
+    code = ("from app.commands.window_bench.harness import qt_app; app, loop = qt_app(); "
+            "print('platform', app.platformName())")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "platform offscreen" in result.stdout and "no display found" in result.stderr

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from app.commands.bench import close_ui_loop
 from app.commands.hostile.cases import CASE_NAMES, CASES
 from app.commands.hostile.measure import GOAL_STALL_MS, CaseResult, measure
 from app.commands.jobs import machine_description, report_stem, save_json, sibling
+from app.commands.window_bench.harness import close_ui_loop
 
 
 def bench_hostile(only: Sequence[str] | None = None) -> dict[str, Any]:

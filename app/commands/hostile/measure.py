@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import psutil
 
-from app.commands.bench import StallMeter
 from app.commands.hostile.stage import Case, Probe, Stage
+from app.commands.window_bench.harness import StallMeter
 
 GOAL_STALL_MS = 100
 SETTLE_S = 0.3  # the stall is watched this long after the answer too: what the answer set off still counts

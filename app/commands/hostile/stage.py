@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from app.commands.bench import bench_window, close_bench_window, scratch_history
+from app.commands.window_bench.harness import bench_window, close_bench_window, scratch_history
 from app.core.chat.conversation import Conversation
 from app.core.settings.keystore import KeyStore
 from app.core.settings.settings import Settings

@@ -1,0 +1,1 @@
+"""`nalar bench ui` and the window benches' shared harness (the hostile bench uses it too)."""
