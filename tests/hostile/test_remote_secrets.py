@@ -47,6 +47,16 @@ def failure_of_reply(engine: RemoteEngine, resume: Resume | None = None) -> Engi
     return errors[0]
 
 
+def failure_of_resume(server: VllmStandIn, key: str) -> EngineFailure:
+    """The failure of a resume (pause–edit–resume's /tokenize first) on a profile holding ``key``."""
+    engine = remote(server, key)
+    try:
+        engine.loop_thread.submit(engine.start(EngineConfig())).result(HANG_GUARD_S)
+        return failure_of_reply(engine, Resume("thinking", "Step 1"))
+    finally:
+        engine.close()
+
+
 def test_a_chat_error_that_echoes_the_key_shows_it_redacted(server: VllmStandIn) -> None:
     """Hostile input: a 400 whose error message quotes the request's "Authorization: Bearer <key>". Bug caught:
     the server's text went into the banner as it was, the user's API key with it."""
@@ -84,12 +94,7 @@ def test_a_tokenize_error_that_echoes_the_key_shows_it_redacted(server: VllmStan
     error text reached the banner unredacted."""
     key = "sk-proj-" + new_token()
     server.on_tokenize = server.answer_with(f'{{"detail": "token Bearer {key} has no access"}}'.encode(), 400)
-    engine = remote(server, key)
-    try:
-        engine.loop_thread.submit(engine.start(EngineConfig())).result(HANG_GUARD_S)
-        failure = failure_of_reply(engine, Resume("thinking", "Step 1"))
-    finally:
-        engine.close()
+    failure = failure_of_resume(server, key)
     assert "/tokenize answered 400" in failure.message and key not in failure.message, failure
     assert REDACTED in failure.message
 
@@ -144,11 +149,6 @@ def test_a_key_echoed_across_the_messages_cut_leaves_no_part_of_it(server: VllmS
     chat = endpoint_failure(openai.InternalServerError("x" * (cut_at - 10) + key, response=response, body=None),
                             EndpointProfile(name="box", base_url="http://box/v1"), "m", 5)
     server.on_tokenize = server.answer_with(('{"detail": "' + "x" * (cut_at - 22) + key + '"}').encode(), 400)
-    engine = remote(server, key)
-    try:
-        engine.loop_thread.submit(engine.start(EngineConfig())).result(HANG_GUARD_S)
-        tokenize = failure_of_reply(engine, Resume("thinking", "Step 1"))
-    finally:
-        engine.close()
+    tokenize = failure_of_resume(server, key)
     for failure in (chat, tokenize):
         assert "answered" in failure.message and key[:8] not in failure.message, failure
