@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,6 +26,7 @@ from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.chat_settings import ChatSettings
 from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, ToolStep, Turn
 from app.core.chat.images import ImagePart, image_from_url
+from app.core.safe_files import FileTooLarge, NotRegularFile, read_regular
 from app.core.settings.settings import PresetValues
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -61,21 +60,16 @@ def read_import(path: Path) -> Imported:
 
 
 def _read_json(path: Path) -> Any:
-    """The file's JSON. Opened without blocking and checked to be a regular file before a byte is read: a FIFO
-    blocked for ever, a link to /dev/zero was read until memory ran out."""
+    """The file's JSON, read as attachments are (``read_regular``: a regular file only, at most MAX_BYTES + 1 bytes):
+    a FIFO blocked for ever, a link to /dev/zero was read until memory ran out."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        raw = read_regular(path, MAX_BYTES)
+    except NotRegularFile:
+        raise ImportProblem("is not a regular file; choose a JSON file.") from None
+    except FileTooLarge as exc:
+        raise ImportProblem(f"is {exc.size // 2**20} MiB; an import may be at most {MAX_BYTES >> 20} MiB.") from None
     except OSError as exc:
         raise ImportProblem(f"can't be read: {exc.strerror or exc}.") from exc
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ImportProblem("is not a regular file; choose a JSON file.")
-        if info.st_size > MAX_BYTES:
-            raise ImportProblem(f"is {info.st_size // 2**20} MiB; an import may be at most {MAX_BYTES >> 20} MiB.")
-        raw = file.read(MAX_BYTES + 1)
-    if len(raw) > MAX_BYTES:
-        raise ImportProblem(f"grew past {MAX_BYTES >> 20} MiB while it was read; an import may be at most that.")
     try:
         text = raw.decode("utf-8-sig")  # a leading BOM (some Windows editors write one) is no problem
     except UnicodeDecodeError as exc:
