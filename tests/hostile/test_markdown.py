@@ -119,3 +119,19 @@ def test_a_long_answer_is_committed_a_budget_at_a_time_and_a_long_line_not_rende
         pane.render_markdown()
     assert sum(rendered) < 5 * (2 * answer_view.MAX_MARKDOWN_TAIL + 900), rendered
     assert pane.view.toPlainText().count("$5") == 100_000 + 5 * 300
+
+
+def test_a_long_line_that_ends_in_a_line_break_is_committed_in_chunks_too(qtbot, monkeypatch) -> None:
+    """Bug caught: the long-line cut was checked after the "huge paragraph: commit at the line break" rule, so a
+    1 MB line that ended with a newline went to Markdown as one chunk, in one refresh."""
+    from app.ui.chat import answer_view
+
+    rendered: list[int] = []
+    real_answer_html = answer_view.answer_html
+    monkeypatch.setattr(answer_view, "answer_html", lambda text, *a, **k: rendered.append(len(text))
+                        or real_answer_html(text, *a, **k))
+    pane = answer_view.AnswerPane()
+    qtbot.addWidget(pane)
+    pane.append("$5 " * 100_000 + "\n\nThe end.")
+    pane.render_markdown()
+    assert 0 < max(rendered) <= 2 * answer_view.MAX_MARKDOWN_TAIL, max(rendered)

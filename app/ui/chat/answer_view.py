@@ -333,14 +333,14 @@ class AnswerPane(QFrame):
                 fence_open = not fence_open
             elif not fence_open and line.strip() == "" and line.endswith("\n"):
                 stable = position
-            elif not fence_open and position - start > MAX_MARKDOWN_TAIL and line.endswith("\n"):
-                stable = position  # a huge paragraph: commit at a line break
             elif not fence_open and len(line) > 2 * MAX_MARKDOWN_TAIL:
                 # One line longer than two chunks (1 MB of "$5 " in one line): committed at a space within a
                 # chunk's length, else cut there, so no refresh renders the whole line again.
                 limit = max(stable, position - len(line)) + MAX_MARKDOWN_TAIL
                 space = text.rfind(" ", stable + 1, limit)
                 return space + 1 if space > stable else limit
+            elif not fence_open and position - start > MAX_MARKDOWN_TAIL and line.endswith("\n"):
+                stable = position  # a huge paragraph: commit at a line break
         return stable
 
     def _redraw_formula(self, key: str) -> None:
