@@ -1,0 +1,3 @@
+"""Knowledge collections: folders of the user's own documents, indexed for full-text search (SQLite FTS5, BM25),
+kept in sync by size and mtime, and turned into numbered passages for a prompt. Qt-free; the window calls
+``sync_collection`` through its one runner, off the GUI thread."""
