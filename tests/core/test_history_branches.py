@@ -253,12 +253,12 @@ def test_schema_9_columns_come_the_same_through_every_path(tmp_path) -> None:
         c[0] for t in ("conversations", "messages") for c in columns(path, t)}
     with sqlite3.connect(path) as db:  # back to a schema-8 file, with its turns and index
         for table, column in (("conversations", "chat_settings"), ("messages", "thinking_edits"),
-                              ("messages", "keep_thinking")):
+                              ("messages", "keep_thinking"), ("messages", "knowledge")):  # knowledge: schema 12's
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         db.execute("DROP TABLE message_images")  # schema 11's
         db.execute("PRAGMA user_version = 8")
     store = HistoryStore()
-    assert rows(path, "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION == 11
+    assert rows(path, "PRAGMA user_version")[0]["user_version"] == SCHEMA_VERSION == 12
     assert [t.message_id for t in store.conversations()[0].turns] == [1, 2, 3]
     assert rows(path, "SELECT thinking_edits, keep_thinking FROM messages WHERE id = 1") == [
         {"thinking_edits": "[]", "keep_thinking": 0}]

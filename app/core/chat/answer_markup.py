@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -25,6 +26,8 @@ MATH_OPEN, MATH_CLOSE = "\ue000", "\ue001"  # private-use characters: no answer 
 LINK_SCHEME = "nalar-link"  # nalar-link:N, the Nth link of the document
 COPY_SCHEME = "nalar-copy"  # nalar-copy:N, the Nth code block's copy button
 MATH_SCHEME = "nalar-math"  # nalar-math:KEY, a formula's image resource (Formula.key)
+CITE_SCHEME = "nalar-cite"  # nalar-cite:N, the turn's Nth knowledge source (a Link's href, never written as one)
+_CITATION = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")  # [1], [2, 3]
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
 _PLACEHOLDER = re.compile(f"{MATH_OPEN}(\\d+){MATH_CLOSE}")
 _FORMATTER = HtmlFormatter(nowrap=True, noclasses=True, style="friendly")
@@ -217,6 +220,23 @@ def _markdown() -> MarkdownIt:
         collected.links.append(Link(str(token.attrGet("src") or ""), alt))
         return f'<a href="{LINK_SCHEME}:{len(collected.links) - 1}">[image: {html.escape(alt)}]</a>'
 
+    def text(_renderer: Any, tokens: Any, idx: int, _options: Any, env: Any) -> str:
+        """Prose (never code): each [n] of the turn's sources becomes a numbered link to source n."""
+        escaped = escapeHtml(tokens[idx].content)
+        sources: int = env.get("citations", 0)
+        if not sources or idx and tokens[idx - 1].type == "link_open":
+            return escaped
+        collected: Collected = env["collected"]
+
+        def cite(number: str) -> str:
+            if not 1 <= int(number) <= sources:
+                return number
+            collected.links.append(Link(f"{CITE_SCHEME}:{int(number)}", f"[{int(number)}]"))
+            return f'<a href="{LINK_SCHEME}:{len(collected.links) - 1}">{number}</a>'
+
+        return _CITATION.sub(lambda m: "[" + re.sub(r"\d+", lambda n: cite(n.group(0)), m.group(1)) + "]", escaped)
+
+    md.add_render_rule("text", text)
     md.add_render_rule("fence", fence)
     md.add_render_rule("code_block", fence)
     md.add_render_rule("link_open", link_open)
@@ -234,11 +254,12 @@ def _formula_html(match: re.Match[str], collected: Collected) -> str:
     return f'<img src="{MATH_SCHEME}:{formula.key}" title="{title}" style="vertical-align: middle">'
 
 
-def answer_html(text: str, collected: Collected, streaming: bool = False) -> str:
+def answer_html(text: str, collected: Collected, streaming: bool = False, citations: int = 0) -> str:
     """``text`` (Markdown with LaTeX) as HTML; what it numbers is appended to ``collected``. ``streaming``: the
-    text may stop inside a formula, which then shows as its source."""
+    text may stop inside a formula, which then shows as its source. ``citations``: how many knowledge sources the
+    turn has; [n] for each becomes a link (a Link whose href is ``nalar-cite:n``)."""
     body, unfinished = cut_maths(text, collected, streaming)
-    rendered = _MARKDOWN.render(body, {"collected": collected})
+    rendered = _MARKDOWN.render(body, {"collected": collected, "citations": citations})
     rendered = re.sub(f"<p>{MATH_OPEN}(\\d+){MATH_CLOSE}</p>",
                       lambda m: f'<p align="center">{_formula_html(m, collected)}</p>', rendered)
     rendered = _PLACEHOLDER.sub(lambda m: _formula_html(m, collected), rendered)

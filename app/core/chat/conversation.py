@@ -7,6 +7,7 @@ what the window draws and what the model reads. ``Conversation.tree`` holds ever
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from copy import deepcopy
@@ -94,6 +95,65 @@ class ThinkingEdit:
         return cls(str(data.get("original", "")), str(data.get("edited", "")))
 
 
+@dataclass(frozen=True)
+class Source:
+    """A passage of a knowledge collection that a question was asked with: the model cites it as [n], n its place
+    in ``TurnKnowledge.sources`` from 1. Its text is kept with the turn, so a reload shows what the model read."""
+
+    collection: str
+    path: str  # absolute; inside one of the collection's folders when it was read
+    page: int | None  # 1-based PDF page
+    line_start: int | None  # 1-based line span of a text file
+    line_end: int | None
+    text: str
+
+    @property
+    def place(self) -> str:
+        """"page 4", "lines 3–9", "line 3", or "" where the index gave neither."""
+        if self.page is not None:
+            return f"page {self.page}"
+        if self.line_start is None:
+            return ""
+        end = self.line_end or self.line_start
+        return f"line {self.line_start}" if end == self.line_start else f"lines {self.line_start}–{end}"
+
+
+@dataclass(frozen=True)
+class TurnKnowledge:
+    """What a question was asked with from the chat's knowledge collections: the passages the model read before
+    it (``block``, exactly as sent), the same passages as sources to show and open, and the line the window shows
+    ("6 passages, 1,840 tokens (BM25)")."""
+
+    summary: str
+    block: str
+    sources: tuple[Source, ...]
+
+    def to_json(self) -> str:
+        return json.dumps({"summary": self.summary, "block": self.block,
+                           "sources": [asdict(source) for source in self.sources]}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> TurnKnowledge | None:
+        """The stored cell; None for '' (asked without knowledge). Raises ValueError, KeyError or TypeError for
+        a damaged cell (the history logs it and shows the turn without its sources)."""
+        if not text:
+            return None
+        data = json.loads(text)
+        sources = tuple(Source(str(s["collection"]), str(s["path"]), _int_or_none(s.get("page")),
+                               _int_or_none(s.get("line_start")), _int_or_none(s.get("line_end")), str(s["text"]))
+                        for s in data["sources"])
+        return cls(str(data["summary"]), str(data["block"]), sources)
+
+
+def _int_or_none(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def asked(turn: Turn) -> str:
+    """The question as the model reads it: the knowledge's passages first, when it was asked with some."""
+    return f"{turn.knowledge.block}\n\n{turn.user}" if turn.knowledge is not None else turn.user
+
+
 @dataclass
 class Turn:
     user: str
@@ -113,6 +173,7 @@ class Turn:
     keep_thinking: bool = False  # later turns' prompts hold this turn's thinking (off: the cards' rule)
     thinking_edits: list[ThinkingEdit] = field(default_factory=list)  # pause, edit, resume: oldest first
     images: tuple[ImagePart, ...] = ()  # the question's images (a vision model reads them with ``user``)
+    knowledge: TurnKnowledge | None = None  # the passages of the chat's collections it was asked with
     parent: Turn | None = field(default=None, repr=False, compare=False)  # None: a first question
 
     def copy(self, parent: Turn | None) -> Turn:
@@ -202,7 +263,8 @@ class Conversation:
         """A new sibling of the turn at ``index``: its question edited (``user``) or asked again (Regenerate).
         The old branch stays; the new turn becomes the shown leaf, waiting for its reply."""
         old = self.turns[index]
-        turn = Turn(user=old.user if user is None else user, parent=old.parent, images=old.images)
+        turn = Turn(user=old.user if user is None else user, parent=old.parent, images=old.images,
+                    knowledge=old.knowledge)
         self.tree.append(turn)
         self.turns[index:] = [turn]
         return turn
@@ -248,7 +310,9 @@ class Conversation:
                 kept = {"kept_thinking": turn.thinking.strip()} if turn.keep_thinking and turn.thinking.strip() else {}
                 messages.append({"role": "assistant", "content": turn.answer, **kept})
         if self.turns:
-            messages.append({"role": "user", "content": with_images(self.turns[-1].user, self.turns[-1].images)})
+            # Only the question being answered carries its passages: each question gets its own, and earlier
+            # ones' passages would take the context again at every send.
+            messages.append({"role": "user", "content": with_images(asked(self.turns[-1]), self.turns[-1].images)})
             for tool_round in self.turns[-1].tool_rounds:
                 messages += tool_round.messages()
         return messages

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.chat.chat_settings import ChatSettings
-from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, Turn
+from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, Turn, TurnKnowledge
 from app.core.chat.history_schema import SCHEMA_VERSION, create_or_migrate
 from app.core.chat.history_search import SearchHit, search
 from app.core.chat.images import ImagePart
@@ -229,9 +229,10 @@ class HistoryStore:
                 parent = turn.parent.message_id if turn.parent else None
                 turn.message_id = self._db.execute(
                     "INSERT INTO messages (conversation_id, parent_id, position, user_text, model, kv_cache_dtype, "
-                    "backend, thinking_edits, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "backend, thinking_edits, knowledge, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (conversation.id, parent, _depth(turn), turn.user, turn.model, turn.kv_cache_dtype,
-                     turn.backend, _edits_json(turn), now, now)).lastrowid
+                     turn.backend, _edits_json(turn), _knowledge_json(turn), now, now)).lastrowid
                 _save_images(self._db, turn)
             else:
                 self._db.execute(
@@ -337,12 +338,12 @@ def _insert_whole(db: sqlite3.Connection, conversation: Conversation, turn: Turn
     turn.message_id = db.execute(
         "INSERT INTO messages (conversation_id, parent_id, position, user_text, thinking_text, answer_text, model, "
         "kv_cache_dtype, thinking_tokens, answer_tokens, ttft_s, tok_s, finish_reason, backend, loop_guard, "
-        "tool_rounds, keep_thinking, thinking_edits, created_at, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "tool_rounds, keep_thinking, thinking_edits, knowledge, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (conversation.id, turn.parent.message_id if turn.parent else None, depth, turn.user, turn.thinking,
          turn.answer, turn.model, turn.kv_cache_dtype, turn.thinking_tokens, turn.answer_tokens, turn.ttft_s,
          turn.answer_tok_s, turn.finish_reason or "stop", turn.backend, turn.loop_guard, _rounds_json(turn),
-         int(turn.keep_thinking), _edits_json(turn), now, now)).lastrowid
+         int(turn.keep_thinking), _edits_json(turn), _knowledge_json(turn), now, now)).lastrowid
     _save_images(db, turn)
 
 
@@ -370,7 +371,7 @@ def _turn_from(message: sqlite3.Row, parent: Turn | None) -> Turn:
                 backend=message["backend"], loop_guard=message["loop_guard"],
                 tool_rounds=_rounds_from(message["tool_rounds"]), keep_thinking=bool(message["keep_thinking"]),
                 thinking_edits=_edits_from(message["thinking_edits"]),
-                parent=parent)
+                knowledge=_knowledge_from(message["knowledge"]), parent=parent)
 
 
 def _save_images(db: sqlite3.Connection, turn: Turn) -> None:
@@ -426,3 +427,15 @@ def _edits_from(text: str) -> list[ThinkingEdit]:
     except (ValueError, TypeError, AttributeError):  # a damaged cell loses the edit marks, not the conversation
         log.warning("unreadable thinking edits in the history; shown without them")
         return []
+
+
+def _knowledge_json(turn: Turn) -> str:
+    return turn.knowledge.to_json() if turn.knowledge is not None else ""
+
+
+def _knowledge_from(text: str) -> TurnKnowledge | None:
+    try:
+        return TurnKnowledge.from_json(text)
+    except (ValueError, TypeError, KeyError, AttributeError):  # a damaged cell loses the sources, not the turn
+        log.warning("unreadable knowledge sources in the history; the turn is shown without them")
+        return None

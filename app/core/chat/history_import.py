@@ -397,7 +397,7 @@ def _settings_markdown(chat: ChatSettings) -> list[str]:
     """The chat's preset values above the transcript: the system prompt quoted, the sampling on one line."""
     v = chat.values
     own = [f"{name.replace('_', ' ')} {value}" for name, value in v.model_dump(exclude={"system_prompt"}).items()
-           if value is not None]
+           if value not in (None, ())]
     lines = [" · ".join([f"*Preset:* {chat.preset or 'custom'}", *own, "the rest as in Settings"]), ""]
     if v.system_prompt.strip():
         lines += ["*System prompt:*", "", *(f"> {line}" for line in v.system_prompt.strip().splitlines()), ""]

@@ -4,7 +4,8 @@ Schema 7 stores each conversation as a tree of turns: a turn (a question and its
 turn, siblings are other tries of the same point (an edited question, a regenerated reply), and the
 conversation remembers the leaf it shows. ``position`` is a turn's depth on its branch. Schema 8 adds
 the full-text index (history_search), schema 9 the columns of per-chat settings and thinking edits,
-schema 10 an index of the replies still streaming.
+schema 10 an index of the replies still streaming, schema 11 a question's images, schema 12 the knowledge passages
+a question was asked with.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 
 from app.core.chat.history_search import add_search_index
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 CONVERSATIONS = """
 CREATE TABLE conversations (
@@ -49,7 +50,8 @@ CREATE TABLE {name} (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     thinking_edits TEXT NOT NULL DEFAULT '[]',
-    keep_thinking INTEGER NOT NULL DEFAULT 0
+    keep_thinking INTEGER NOT NULL DEFAULT 0,
+    knowledge TEXT NOT NULL DEFAULT ''
 )"""
 # Schema 11: a question's images (Turn.images), in the order sent, as the bytes the model read.
 IMAGES = """
@@ -108,6 +110,13 @@ def _add_v9_columns(db: sqlite3.Connection) -> None:
             db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
 
 
+def _add_knowledge_column(db: sqlite3.Connection) -> None:
+    """11 -> 12: messages.knowledge, JSON of the passages a question was asked with (TurnKnowledge), '' when none.
+    A file that came through the step to 7 already has it (that step builds today's table)."""
+    if "knowledge" not in {row[1] for row in db.execute("PRAGMA table_info(messages)")}:
+        db.execute("ALTER TABLE messages ADD COLUMN knowledge TEXT NOT NULL DEFAULT ''")
+
+
 def _sql(statement: str) -> Callable[[sqlite3.Connection], object]:
     return lambda db: db.execute(statement)
 
@@ -124,6 +133,7 @@ MIGRATIONS: dict[int, Callable[[sqlite3.Connection], object]] = {
     8: _add_v9_columns,
     9: _sql(STREAMING_INDEX),
     10: _sql(IMAGES),  # schema 11: the images table, empty
+    11: _add_knowledge_column,
 }
 
 

@@ -179,6 +179,8 @@ class PresetValues(BaseModel):
                                                      "None: Settings' Think (new chats).")
     tools: bool | None = Field(None, description="The Tools switch of a chat that takes this preset; "
                                                  "None: Settings → Tools' switch of new chats.")
+    knowledge: tuple[str, ...] = Field((), max_length=32, description="The knowledge collections a chat that takes "
+                                       "this preset asks over (Knowledge… makes them); none: it asks without.")
 
 
 class Preset(PresetValues):
