@@ -21,6 +21,7 @@ from app.ui.chat.panes import PromptEdit
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
 from app.ui.conversation_actions import ConversationActions
+from app.ui.knowledge.window_knowledge import WindowKnowledge
 from app.ui.window_dialogs import WindowDialogs
 
 MENUS = ("File", "Chat", "Engine", "Help")
@@ -38,6 +39,7 @@ class WindowParts:
     conversations: ConversationActions
     chat_view: ChatView
     prompt: PromptEdit
+    knowledge: WindowKnowledge
     send: Callable[[], object]
     close: Callable[[], object]
 
@@ -81,6 +83,8 @@ ACTIONS: tuple[Action, ...] = (
     # Quit's standard key is empty under some platform themes (Qt's offscreen one among them).
     Action("quit", "&Quit", "File", lambda p: p.close(), QKeySequence.StandardKey.Quit, fallback="Ctrl+Q"),
     Action("search", "Searc&h conversations…", "Chat", lambda p: p.dialogs.open_search(), "Ctrl+K"),
+    # Folders of the user's own documents that a chat can ask over, cited [1], [2] (app/ui/knowledge).
+    Action("knowledge", "&Knowledge…", "Chat", lambda p: p.knowledge.open_dialog(), "Ctrl+Shift+K"),
     Action("send", "&Send", "Chat", lambda p: p.send(), "Ctrl+Return"),
     Action("stop", "S&top", "Chat", lambda p: p.session.stop(), "Esc"),
     Action("answer_now", "&Answer now", "Chat", lambda p: p.session.answer_now(), "Ctrl+Shift+Return"),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QMainWindow, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QMainWindow, QSplitter, QVBoxLayout, QWidget
 from qasync import asyncSlot
 
 from app.core.chat.conversation import Conversation
@@ -44,6 +44,7 @@ from app.ui.controllers.engine_controller import EngineController
 from app.ui.controllers.operations import OperationError, run_blocking, runner
 from app.ui.controllers.tools_controller import ToolsController
 from app.ui.conversation_actions import ConversationActions
+from app.ui.knowledge.window_knowledge import WindowKnowledge
 from app.ui.window_dialogs import WindowDialogs
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,8 @@ class MainWindow(QMainWindow):
                                      self.conversation_actions.open_hit, self.show_notice)
         self.menus = WindowMenus(self, WindowParts(self.session, self.controller, self.dialogs,
                                                    self.conversation_actions, self.chat_view, self.prompt,
-                                                   send=self.send, close=self.close))
-        self._connect()
+                                                   self.knowledge, send=self.send, close=self.close))
+        _connect(self)
         _connect_conversations(self)
         _connect_tools(self)
         self.chat_settings = ChatSettingsBinding(self.controls, self.session, self.controller,
@@ -117,48 +118,9 @@ class MainWindow(QMainWindow):
         self.controls = ReplyControls()
         self.gauges = GaugeBar()
         self.status_bar = EngineStatusBar()
+        # The chat's collections (chip), the look-up before a send, the sources under the answer, Knowledge…
+        self.knowledge = WindowKnowledge(self.session, self.controller, self.chat_view.answer_pane, self)
         _lay_out(self)
-
-    def _connect(self) -> None:
-        bridge, controller, session = self.controller.bridge, self.controller, self.session
-        bridge.status_changed.connect(self.on_status)
-        bridge.engine_ready.connect(self.on_engine_ready)
-        bridge.metrics_updated.connect(self.gauges.update_metrics)
-        bridge.notice.connect(self.show_notice)
-        controller.starting.connect(self.on_engine_starting)
-        controller.state_changed.connect(self.refresh_state)
-        controller.failure.connect(self.banner.show_failure)
-        controller.engine_stopped.connect(self.on_engine_stopped)
-        controller.notice.connect(self.show_notice)
-        controller.api_url_changed.connect(self.status_bar.show_api_url)
-        runner().unhandled.connect(self.show_operation_error)
-        store = session.store
-        store.current_changed.connect(self.show_conversation)
-        session.reply_started.connect(self.on_reply_started)
-        self.chat_view.observe(session.reply)
-        self.chat_view.thinking_pane.continue_anyway.connect(session.continue_past_loop)
-        session.notice.connect(self.show_notice)
-        session.state_changed.connect(self.refresh_state)
-        session.reply_finished.connect(self.on_reply_finished)
-        self.prompt.submitted.connect(self.send)
-        self.prompt.files_given.connect(self.attach)
-        self.attachments.choose.connect(self.attach)
-        self.attachments.refused.connect(lambda problem, fix: self.banner.show_problem(problem, fix))
-        controls = self.controls
-        controls.send_button.clicked.connect(self.send)
-        controls.think_switch.toggled.connect(lambda on: store.set_switches(thinking=on))
-        controls.effort_choice.chosen.connect(controller.set_reasoning_effort)
-        controls.stop_button.clicked.connect(session.stop)
-        controls.answer_now_button.clicked.connect(session.answer_now)
-        controls.regenerate_button.clicked.connect(session.regenerate)
-        controls.continue_button.clicked.connect(session.continue_answer)
-        controls.copy_button.clicked.connect(lambda: self.menus.trigger("copy_answer"))
-        self.banner.action_clicked.connect(controller.retry)
-        lst = self.conversation_list
-        lst.new_button.clicked.connect(store.new_conversation)
-        lst.rename_button.clicked.connect(self.conversation_actions.rename)
-        lst.delete_button.clicked.connect(self.conversation_actions.delete)
-        lst.list.selectionModel().currentRowChanged.connect(lambda current, _: store.select(current.row()))
 
     # ---- state ---------------------------------------------------------------------------------
 
@@ -226,8 +188,9 @@ class MainWindow(QMainWindow):
 
     @asyncSlot()
     async def send(self, text: str | None = None) -> None:
-        text = (text if isinstance(text, str) else self.prompt.toPlainText()).strip()
-        if not text or self.session.streaming or not self.controller.engine_ready or self.attachments.still_reading():
+        typed = text = (text if isinstance(text, str) else self.prompt.toPlainText()).strip()
+        if not text or self.session.streaming or not self.controller.engine_ready or self.knowledge.busy \
+                or self.attachments.still_reading():
             return  # a PDF still being read: the bar says so, and the question stays
         if self.attachments.attachments:
             question = self.attachments.question(text)
@@ -236,10 +199,14 @@ class MainWindow(QMainWindow):
                 self.banner.show_problem("The files don't fit the context", fit.refusal(self.attachments.tokens()))
                 return
             text = question
+        conversation = self.session.conversation  # the chat's collections' passages, looked up off the GUI thread
+        knowledge = await self.knowledge.asking.look_up(conversation, self.controller.settings, typed, text)
+        if self.session.conversation is not conversation or self.session.streaming:
+            return  # another chat was opened meanwhile: the question stays in the prompt
         images = tuple(self.attachments.images)
         self.prompt.clear()
         self.attachments.clear()
-        await self.session.send(text, self.session.question_edit.take(), images)  # an edit: a new branch there
+        await self.session.send(text, self.session.question_edit.take(), images, knowledge)  # an edit: a new branch
 
     def attach(self, paths: list[Path]) -> None:
         self.attachments.counter = model_counter(self.controller.settings)
@@ -263,18 +230,65 @@ class MainWindow(QMainWindow):
             self.session.close()
             self.tools.close()  # the tool servers' processes end with the window
             self.attachments.pdfs.cancel()  # and a PDF's reader
+            if self.knowledge.dialog is not None:
+                self.knowledge.dialog.reject()  # and a knowledge sync, at its next file
             self.controller.close()
             self.session.history.close()
             log.info("window closed; engine shut down in %.1f s", time.monotonic() - started)
         event.accept()
 
 
+def _connect(window: MainWindow) -> None:
+    """The engine's, the session's and the widgets' signals to the parts that act on them."""
+    bridge, controller, session = window.controller.bridge, window.controller, window.session
+    bridge.status_changed.connect(window.on_status)
+    bridge.engine_ready.connect(window.on_engine_ready)
+    bridge.metrics_updated.connect(window.gauges.update_metrics)
+    bridge.notice.connect(window.show_notice)
+    controller.starting.connect(window.on_engine_starting)
+    controller.state_changed.connect(window.refresh_state)
+    controller.failure.connect(window.banner.show_failure)
+    controller.engine_stopped.connect(window.on_engine_stopped)
+    controller.notice.connect(window.show_notice)
+    controller.api_url_changed.connect(window.status_bar.show_api_url)
+    runner().unhandled.connect(window.show_operation_error)
+    store = session.store
+    store.current_changed.connect(window.show_conversation)
+    session.reply_started.connect(window.on_reply_started)
+    window.chat_view.observe(session.reply)
+    window.chat_view.thinking_pane.continue_anyway.connect(session.continue_past_loop)
+    session.notice.connect(window.show_notice)
+    window.knowledge.asking.notice.connect(window.show_notice)
+    session.state_changed.connect(window.refresh_state)
+    session.reply_finished.connect(window.on_reply_finished)
+    window.prompt.submitted.connect(window.send)
+    window.prompt.files_given.connect(window.attach)
+    window.attachments.choose.connect(window.attach)
+    window.attachments.refused.connect(lambda problem, fix: window.banner.show_problem(problem, fix))
+    controls = window.controls
+    controls.send_button.clicked.connect(window.send)
+    controls.think_switch.toggled.connect(lambda on: store.set_switches(thinking=on))
+    controls.effort_choice.chosen.connect(controller.set_reasoning_effort)
+    controls.stop_button.clicked.connect(session.stop)
+    controls.answer_now_button.clicked.connect(session.answer_now)
+    controls.regenerate_button.clicked.connect(session.regenerate)
+    controls.continue_button.clicked.connect(session.continue_answer)
+    controls.copy_button.clicked.connect(lambda: window.menus.trigger("copy_answer"))
+    window.banner.action_clicked.connect(controller.retry)
+    lst = window.conversation_list
+    lst.new_button.clicked.connect(store.new_conversation)
+    lst.rename_button.clicked.connect(window.conversation_actions.rename)
+    lst.delete_button.clicked.connect(window.conversation_actions.delete)
+    lst.list.selectionModel().currentRowChanged.connect(lambda current, _: store.select(current.row()))
+
+
 def _lay_out(window: MainWindow) -> None:
     """Conversations left of the transcript, prompt and controls; the gauges above both."""
     center = QWidget()
     center_layout = QVBoxLayout(center)
-    for widget, stretch in ((window.banner, 0), (window.chat_view, 1), (window.notice_label, 0),
-                            (window.attachments, 0), (window.prompt, 0), (window.controls, 0)):
+    for widget, stretch in ((window.banner, 0), (window.chat_view, 1), (window.knowledge.sources, 0),
+                            (window.notice_label, 0), (window.attachments, 0), (window.prompt, 0),
+                            (window.controls, 0)):
         center_layout.addWidget(widget, stretch)
     body = QSplitter(Qt.Orientation.Horizontal)
     body.addWidget(window.conversation_list)
@@ -286,6 +300,9 @@ def _lay_out(window: MainWindow) -> None:
     root_layout.addWidget(window.gauges)
     root_layout.addWidget(body, 1)
     window.setCentralWidget(root)
+    controls = window.controls.layout()
+    assert isinstance(controls, QHBoxLayout)  # the chip beside Think and Tools
+    controls.insertWidget(controls.indexOf(window.controls.tools_switch) + 1, window.knowledge.chip)
     window.setStatusBar(window.status_bar)
 
 

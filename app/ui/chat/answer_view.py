@@ -32,6 +32,7 @@ from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QFrame, QLabel, QMessageBox, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.chat.answer_markup import (
+    CITE_SCHEME,
     COPY_SCHEME,
     LINK_SCHEME,
     MATH_SCHEME,
@@ -162,6 +163,8 @@ class AnswerDocument:
         self.view = view
         self.redraw = redraw
         self.collected = Collected()
+        self.citations: Callable[[], int] = lambda: 0  # the turn's knowledge sources: [1] … [n] become links
+        self.cite: Callable[[int], object] | None = None  # opens source n (a citation's click)
         self._images: dict[str, QImage | None] = {}  # formula key → its image, or None: shown as source
         self._waiting: set[str] = set()
         view.setOpenLinks(False)
@@ -178,7 +181,7 @@ class AnswerDocument:
         What it numbers goes to ``collected`` (default: the document's own)."""
         collected = self.collected if collected is None else collected
         first = len(collected.formulas)
-        rendered = answer_html(markdown, collected, streaming)
+        rendered = answer_html(markdown, collected, streaming, self.citations())
         document = self.view.document()
         for formula in collected.formulas[first:]:
             key = formula.key
@@ -223,7 +226,11 @@ class AnswerDocument:
             self.open_link(self.collected.links[int(number)])
 
     def open_link(self, link: Link) -> bool:
-        """Opens ``link`` in the desktop's browser if it is safe and the reader agrees; whether it opened."""
+        """Opens ``link`` in the desktop's browser if it is safe and the reader agrees; whether it opened. A
+        citation opens its source through ``cite`` (which shows only the turn's own sources)."""
+        scheme, _, number = link.href.partition(":")
+        if scheme == CITE_SCHEME and number.isdigit() and self.cite is not None:
+            return self.cite(int(number)) is not None
         if (refusal := link_refusal(link)) is not None:
             _message(self.view, QMessageBox.Icon.Warning, "Link not opened", refusal)
             return False

@@ -15,7 +15,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from qasync import asyncSlot
 
 from app.core.chat.chat_settings import chat_messages, chat_sampling, effective
-from app.core.chat.conversation import Conversation, ToolStep
+from app.core.chat.conversation import Conversation, ToolStep, TurnKnowledge
 from app.core.chat.history import HistoryStore
 from app.core.chat.images import ImagePart
 from app.core.chat.reply import Reply
@@ -88,10 +88,11 @@ class ChatSession(ReplyContinuations, QObject):
     def awaiting_tools(self) -> bool:
         return self.tool_loop is not None and self.tool_loop.active
 
-    async def send(self, text: str, edit_at: int | None = None, images: tuple[ImagePart, ...] = ()) -> None:
+    async def send(self, text: str, edit_at: int | None = None, images: tuple[ImagePart, ...] = (),
+                   knowledge: TurnKnowledge | None = None) -> None:
         """A new question after the shown leaf, or the question at ``edit_at`` edited: a new branch there."""
         if (text := text.strip()) and not self.streaming and self.controller.engine_ready:
-            await self._run_reply(self.store.add_question(text, edit_at, images))
+            await self._run_reply(self.store.add_question(text, edit_at, images, knowledge))
 
     @asyncSlot()
     async def regenerate(self) -> None:

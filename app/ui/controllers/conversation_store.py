@@ -12,7 +12,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.core.chat.chat_settings import ChatSettings
-from app.core.chat.conversation import Conversation, Turn
+from app.core.chat.conversation import Conversation, Turn, TurnKnowledge
 from app.core.chat.history import HistoryStore, add_conversations_at
 from app.core.chat.history_import import Imported, read_import
 from app.core.chat.images import ImagePart
@@ -181,16 +181,17 @@ class ConversationStore(QObject):
 
     # ---- the turn being answered ---------------------------------------------------------------
 
-    def add_question(self, text: str, edit_at: int | None = None, images: tuple[ImagePart, ...] = ()) -> Conversation:
+    def add_question(self, text: str, edit_at: int | None = None, images: tuple[ImagePart, ...] = (),
+                     knowledge: TurnKnowledge | None = None) -> Conversation:
         """The user's question as the shown conversation's new last turn, or the question at ``edit_at`` edited
-        (a new sibling there: the old branch stays, and its images unless new ones come). The first question
-        names the chat."""
+        (a new sibling there: the old branch stays, and its images unless new ones come; the passages are this
+        question's). The first question names the chat."""
         conversation = self.conversation
         if edit_at is not None:
             turn = conversation.branch_at(edit_at, text)
-            turn.images = images or turn.images
+            turn.images, turn.knowledge = images or turn.images, knowledge
             return conversation
-        conversation.add_turn(Turn(user=text, images=images))
+        conversation.add_turn(Turn(user=text, images=images, knowledge=knowledge))
         if len(conversation.turns) == 1:
             conversation.title_from_first_message()
             self.rename(conversation.title)

@@ -1,0 +1,120 @@
+"""Asking over the chat's knowledge collections: before a question is sent, the top passages are looked up on a
+worker thread (the one runner) and put before the question within a token budget taken from the context left.
+
+The budget reuses the attachments' arithmetic (``context_fit``): the conversation so far, the question with its
+files, and room for the reply are taken from the context first; the passages get what is left, up to
+MAX_KNOWLEDGE_TOKENS. What was put in ("6 passages, 1,840 tokens (BM25)") is kept with the turn and shown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from app.core.chat.chat_settings import effective
+from app.core.chat.conversation import Conversation, Source, TurnKnowledge
+from app.core.knowledge.context import KnowledgeContext, knowledge_for
+from app.core.knowledge.store import KnowledgeStore
+from app.core.models.token_count import ContextFit
+from app.core.settings import paths
+from app.core.settings.settings import Settings
+from app.ui.chat.attachments_bar import context_fit, model_counter
+from app.ui.controllers.operations import run_blocking
+
+KNOWLEDGE_FILE = "knowledge.sqlite3"
+MAX_KNOWLEDGE_TOKENS = 4000  # more passages than this rarely help, and each costs prefill time on a CPU
+MIN_KNOWLEDGE_TOKENS = 64  # less room than this: no passage fits, the question goes without
+MARGIN_TOKENS = 48  # the block's own words and the counters' disagreement (the core counts approximately)
+CITE_INSTRUCTION = ("Use the numbered passages below where they help answer the question, and cite each passage you "
+                    "use as [1], [2], … by its number. If they don't hold the answer, say so.")
+
+
+def knowledge_path() -> Path:
+    """The knowledge index: its own SQLite file under the data dir, never the history's database."""
+    return paths.data_dir() / KNOWLEDGE_FILE
+
+
+def knowledge_budget(fit: ContextFit) -> int:
+    """The tokens the passages may take: what the context has left once the conversation, the question and the
+    reply's room are counted, less a margin, up to MAX_KNOWLEDGE_TOKENS; 0 when less than MIN_KNOWLEDGE_TOKENS."""
+    left = fit.context_tokens - fit.used_tokens - fit.reply_tokens - MARGIN_TOKENS
+    return min(left, MAX_KNOWLEDGE_TOKENS) if left >= MIN_KNOWLEDGE_TOKENS else 0
+
+
+def turn_knowledge(context: KnowledgeContext) -> TurnKnowledge | None:
+    """What the turn keeps of a look-up: the block the model reads, the sources to show; None: nothing found."""
+    if not context.passages:
+        return None
+    sources = tuple(Source(p.collection, str(p.path), p.page, p.line_start, p.line_end, p.text)
+                    for p in context.passages)
+    return TurnKnowledge(context.summary(), f"{CITE_INSTRUCTION}\n\n{context.prompt_block()}", sources)
+
+
+def chat_collections(conversation: Conversation, settings: Settings) -> tuple[str, ...]:
+    """The collections the chat asks over: its own values', else the default preset's."""
+    return effective(conversation.settings, settings.presets).values.knowledge
+
+
+@dataclass(frozen=True)
+class LookUp:
+    """What a look-up found, and the line the window shows about it."""
+
+    knowledge: TurnKnowledge | None
+    note: str
+
+
+def look_up_blocking(store_path: Path, collections: list[str], question: str, budget: int) -> LookUp:
+    """On a worker thread: its own connection to the index (SQLite's connections stay on their thread)."""
+    store = KnowledgeStore(store_path)
+    try:
+        known = {collection.name for collection in store.collections()}
+        asked = [name for name in collections if name in known]
+        gone = [name for name in collections if name not in known]
+        missing = f" ({', '.join(gone)}: no such collection now)" if gone else ""
+        if not asked:
+            return LookUp(None, f"Knowledge not used: no collection of this chat's exists now{missing}.")
+        found = turn_knowledge(knowledge_for(store, asked, question, token_budget=budget))
+    finally:
+        store.close()
+    if found is None:
+        return LookUp(None, f"No passage of {', '.join(asked)} matched this question; it went without.{missing}")
+    return LookUp(found, f"Knowledge: {found.summary} of {budget:,} tokens left for them{missing}")
+
+
+class KnowledgeAsking(QObject):
+    """Looks up a question's passages before the window sends it; ``busy`` while one runs (a second send waits)."""
+
+    notice = Signal(str)
+
+    def __init__(self, store_path: Path, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.store_path = store_path
+        self.busy = False
+        self.last: LookUp | None = None  # the latest look-up's (for tests and the bench)
+
+    async def look_up(self, conversation: Conversation, settings: Settings, query: str,
+                      asked: str) -> TurnKnowledge | None:
+        """The passages for ``query`` (the user's words) from the chat's collections, within what ``asked`` (the
+        question as sent, files included) leaves of the context; None when the chat has none on or none fit."""
+        collections = chat_collections(conversation, settings)
+        if not collections:
+            return None
+        budget = knowledge_budget(context_fit(settings, conversation, asked, model_counter(settings)))
+        if budget == 0:
+            self.notice.emit("Knowledge not used: the context has no room left for passages. Start a new chat, "
+                             "lower Max answer tokens or the think budget, or raise the context length in Settings.")
+            return None
+        self.busy = True
+        try:
+            found = await run_blocking("Looking up the chat's knowledge", lambda: look_up_blocking(
+                self.store_path, list(collections), query, budget), parent=self)
+        except Exception as exc:  # the question still goes, without passages, and the user is told why
+            self.notice.emit(f"Knowledge not used: the index can't be read ({type(exc).__name__}: {exc}).")
+            return None
+        finally:
+            self.busy = False
+        self.last = found
+        self.notice.emit(found.note)
+        return found.knowledge

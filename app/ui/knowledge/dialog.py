@@ -1,0 +1,270 @@
+"""Knowledge…: the collections (folders of the user's own documents) with their files, passages, skipped files
+and last sync; New collection, Add folder, Sync (a progress bar and Cancel), Remove; the chosen collection's
+skipped files with the reason for each.
+
+A sync runs through the one runner (``run_blocking``), never on the GUI thread: the worker reports progress to
+``SyncProgressRelay``, which emits at most every PROGRESS_MS (a Qt signal, queued to the GUI thread); the dialog
+reads the index again only once the sync has ended. Names, paths and reasons come from the user's files: shown as
+plain text.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import (
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QListWidget,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.knowledge.store import Collection, KnowledgeStore
+from app.core.knowledge.sync import SyncProgress, SyncResult, sync_collection
+from app.ui.chat.plain_text import plain_label
+from app.ui.controllers.operations import Operation, run_blocking
+
+PROGRESS_MS = 100
+COLUMNS = ("Collection", "Folders", "Files", "Passages", "Skipped", "Last sync")
+
+
+class SyncProgressRelay(QObject):
+    """Progress from the sync's worker thread to the GUI thread, at most one signal every PROGRESS_MS (a sync of
+    thousands of small files would otherwise queue thousands of repaints), and always the last one."""
+
+    progressed = Signal(object)  # SyncProgress
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._last = 0.0
+
+    def report(self, progress: SyncProgress) -> None:
+        """On the worker thread."""
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_MS / 1000 or progress.files_done >= progress.files_total:
+            self._last = now
+            self.progressed.emit(progress)
+
+
+def result_line(name: str, result: SyncResult) -> str:
+    parts = [f"{result.read:,} read", f"{result.unchanged:,} unchanged", f"{result.removed:,} removed",
+             f"{len(result.skipped):,} skipped"]
+    if result.failed:
+        parts.append(f"{len(result.failed):,} failed ({result.failed[0].path.name}: {result.failed[0].reason})")
+    return f"{name} synced: {', '.join(parts)}."
+
+
+class KnowledgeDialog(QDialog):
+    """The collections of ``store_path``; one sync at a time (``sync_operation`` while it runs)."""
+
+    synced = Signal(object)  # SyncResult, once a sync has ended and the table shows it
+
+    def __init__(self, store_path: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("KnowledgeDialog")
+        self.setWindowTitle("Knowledge")
+        self.resize(860, 520)
+        self.store_path = store_path
+        self.sync_operation: Operation[SyncResult] | None = None
+        self._cancel = threading.Event()
+        self.relay = SyncProgressRelay(self)
+        self.relay.progressed.connect(self.show_progress)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("CollectionsTable")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.SingleSelection)
+        self.table.itemSelectionChanged.connect(self.show_skipped)
+        self.new_button, self.add_button = QPushButton("New collection…"), QPushButton("Add folder…")
+        self.sync_button, self.cancel_button = QPushButton("Sync"), QPushButton("Cancel")
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.setToolTip("Forget the collection's index (your files are not touched)")
+        self.progress = QProgressBar()
+        self.status = plain_label(word_wrap=True)
+        self.status.setObjectName("KnowledgeStatus")
+        self.skipped = QListWidget()
+        self.skipped.setObjectName("SkippedFiles")
+        _lay_out(self)
+        self.new_button.clicked.connect(lambda: self.new_collection())
+        self.add_button.clicked.connect(lambda: self.add_folder())
+        self.sync_button.clicked.connect(lambda: self.sync())
+        self.cancel_button.clicked.connect(self.cancel)
+        self.remove_button.clicked.connect(lambda: self.remove())
+        self.finished.connect(lambda _result: self.cancel())  # closed mid-sync: the worker stops at its next file
+        self.refresh()
+
+    # ---- the collections --------------------------------------------------------------------------
+
+    def _store(self) -> KnowledgeStore:
+        return KnowledgeStore(self.store_path)
+
+    def collections(self) -> list[Collection]:
+        store = self._store()
+        try:
+            return store.collections()
+        finally:
+            store.close()
+
+    @property
+    def chosen(self) -> str | None:
+        item = self.table.item(self.table.currentRow(), 0) if self.table.currentRow() >= 0 else None
+        return item.text() if item is not None else None
+
+    def refresh(self, choose: str | None = None) -> None:
+        """The table from the index (never while a sync writes it), ``choose`` (or the chosen one) selected."""
+        choose = choose or self.chosen
+        collections = self.collections()
+        self.table.setRowCount(len(collections))
+        for row, collection in enumerate(collections):
+            synced = collection.synced_at.strftime("%Y-%m-%d %H:%M") if collection.synced_at else "never"
+            cells = (collection.name, "; ".join(str(folder) for folder in collection.folders),
+                     f"{collection.files:,}", f"{collection.passages:,}", f"{collection.skipped:,}", synced)
+            for column, text in enumerate(cells):
+                self.table.setItem(row, column, QTableWidgetItem(text))  # items show plain text
+            if collection.name == choose:
+                self.table.selectRow(row)
+        if self.table.currentRow() < 0 and collections:
+            self.table.selectRow(0)
+        self.table.resizeColumnsToContents()
+        self._enable()
+        self.show_skipped()
+
+    def show_skipped(self) -> None:
+        self.skipped.clear()
+        if (name := self.chosen) is None or self.sync_operation is not None:
+            return
+        store = self._store()
+        try:
+            skipped = store.skipped(name)
+        finally:
+            store.close()
+        self.skipped.addItems([f"{file.path} — {file.reason}" for file in skipped])
+
+    def _enable(self) -> None:
+        syncing, chosen = self.sync_operation is not None, self.chosen is not None
+        for button in (self.new_button, self.add_button, self.remove_button):
+            button.setEnabled(not syncing and (chosen or button is self.new_button))
+        self.sync_button.setEnabled(not syncing and chosen)
+        self.cancel_button.setEnabled(syncing)
+        self.progress.setVisible(syncing)
+
+    def new_collection(self, name: str | None = None, folder: Path | None = None) -> Operation[SyncResult] | None:
+        """A named collection of one folder (asked for when not given), synced at once."""
+        if name is None:
+            name, ok = QInputDialog.getText(self, "New collection", "Name (for example notes, papers):")
+            if not ok or not name.strip():
+                return None
+        folder = folder or self._ask_folder()
+        if folder is None:
+            return None
+        return self._added(name.strip(), [folder])
+
+    def add_folder(self, folder: Path | None = None) -> Operation[SyncResult] | None:
+        """Another folder into the chosen collection, synced at once."""
+        if (name := self.chosen) is None or (folder := folder or self._ask_folder()) is None:
+            return None
+        current = next((c.folders for c in self.collections() if c.name == name), ())
+        return self._added(name, [*current, folder])
+
+    def _ask_folder(self) -> Path | None:
+        chosen = QFileDialog.getExistingDirectory(self, "Add a folder to the collection", str(Path.home()))
+        return Path(chosen) if chosen else None
+
+    def _added(self, name: str, folders: list[Path]) -> Operation[SyncResult] | None:
+        store = self._store()
+        try:
+            store.add(name, folders)
+        except (ValueError, OSError) as exc:  # a bad name, a folder that isn't one: the core says which
+            self.status.setText(f"{name} was not added: {exc}")
+            return None
+        finally:
+            store.close()
+        self.refresh(choose=name)
+        return self.sync(name)
+
+    def remove(self, name: str | None = None, *, ask: bool = True) -> bool:
+        if (name := name or self.chosen) is None:
+            return False
+        if ask and QMessageBox.question(self, "Remove collection", f"Forget the index of {name}? Your files stay "
+                                        "as they are.") != QMessageBox.StandardButton.Yes:
+            return False
+        store = self._store()
+        try:
+            store.remove(name)
+        finally:
+            store.close()
+        self.status.setText(f"{name} removed.")
+        self.refresh()
+        return True
+
+    # ---- sync --------------------------------------------------------------------------------------
+
+    def sync(self, name: str | None = None) -> Operation[SyncResult] | None:
+        """The collection brought up to date on a worker thread (the one runner); Cancel stops it between files."""
+        if (name := name or self.chosen) is None or self.sync_operation is not None:
+            return None
+        cancel = self._cancel = threading.Event()
+        store_path, relay = self.store_path, self.relay
+        self.progress.setRange(0, 0)  # busy until the first count arrives
+        self.status.setText(f"Syncing {name}…")
+        operation = self.sync_operation = run_blocking(
+            f"Syncing the knowledge collection {name}",
+            lambda: sync_collection(store_path, name, on_progress=relay.report, cancelled=cancel.is_set), parent=self)
+        operation.success(lambda result: self._synced(name, result)).failure(lambda exc: self._failed(name, exc))
+        self._enable()
+        return operation
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        if self.sync_operation is not None:
+            self.status.setText("Cancelling: the file being read is finished first…")
+
+    def show_progress(self, progress: SyncProgress) -> None:
+        self.progress.setRange(0, max(1, progress.files_total))
+        self.progress.setValue(progress.files_done)
+        self.progress.setFormat(f"%v of %m files · {progress.passages_added:,} passages")
+        self.status.setText(f"Reading {progress.current}")
+
+    def _synced(self, name: str, result: SyncResult) -> None:
+        self.sync_operation = None
+        self.status.setText(("Cancelled: what was read is kept; Sync goes on from there. " if self._cancel.is_set()
+                             else "") + result_line(name, result))
+        self.refresh(choose=name)
+        self.synced.emit(result)
+
+    def _failed(self, name: str, exc: Exception) -> None:
+        self.sync_operation = None
+        self.status.setText(f"{name} could not be synced: {type(exc).__name__}: {exc}")
+        self.refresh(choose=name)
+
+    def reject(self) -> None:
+        self.cancel()
+        super().reject()
+
+
+
+def _lay_out(dialog: KnowledgeDialog) -> None:
+    buttons = QHBoxLayout()
+    for button in (dialog.new_button, dialog.add_button, dialog.sync_button, dialog.cancel_button,
+                   dialog.remove_button):
+        buttons.addWidget(button)
+    buttons.addStretch(1)
+    layout = QVBoxLayout(dialog)
+    layout.addWidget(dialog.table, 3)
+    layout.addLayout(buttons)
+    layout.addWidget(dialog.progress)
+    layout.addWidget(dialog.status)
+    layout.addWidget(plain_label("Skipped files of the chosen collection, with the reason:"))
+    layout.addWidget(dialog.skipped, 2)
