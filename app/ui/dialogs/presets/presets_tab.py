@@ -29,7 +29,17 @@ from app.ui.chat.plain_text import plain_label
 from app.ui.dialogs.schema_form import editor_for, editor_value
 
 LABELS = {"top_p": "Top-p", "top_k": "Top-k", "max_tokens": "Max answer tokens",
-          "think_budget": "Think budget (tokens)", "thinking": "Think", "tools": "Tools"}
+          "think_budget": "Think budget (tokens)", "thinking": "Think", "tools": "Tools",
+          "knowledge": "Knowledge collections"}
+
+
+def names_text(names: tuple[str, ...] | list[str]) -> str:
+    """A preset's knowledge collections as its line edit shows them: "notes, papers"."""
+    return ", ".join(names)
+
+
+def names_from(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
 
 
 class PresetsTab(QWidget):
@@ -171,6 +181,10 @@ class PresetsTab(QWidget):
             if (own := self.own.get(field_name)) is not None:
                 own.setChecked(value is not None)
                 editor.setEnabled(value is not None)
+            if isinstance(value, (tuple, list)):  # the knowledge collections' names, in a line edit
+                editor.blockSignals(True)
+                editor.setText(names_text(value))  # type: ignore[attr-defined]
+                editor.blockSignals(False)
             set_value(editor, value)
         self._loading = False
 
@@ -185,7 +199,8 @@ class PresetsTab(QWidget):
         preset["system_prompt"] = self.system_prompt.toPlainText()
         for field_name, editor in self.editors.items():
             own = self.own.get(field_name)
-            preset[field_name] = editor_value(editor) if own is None or own.isChecked() else None
+            value = editor_value(editor) if own is None or own.isChecked() else None
+            preset[field_name] = names_from(value) if field_name == "knowledge" else value
         item = self.list.item(self.row)
         if item is not None:
             item.setText(preset["name"] + (" (default)" if preset["name"] == self.default else ""))
