@@ -200,7 +200,7 @@ class PresetsTab(QWidget):
         for field_name, editor in self.editors.items():
             own = self.own.get(field_name)
             value = editor_value(editor) if own is None or own.isChecked() else None
-            preset[field_name] = names_from(value) if field_name == "knowledge" else value
+            preset[field_name] = names_from(value or "") if field_name == "knowledge" else value
         item = self.list.item(self.row)
         if item is not None:
             item.setText(preset["name"] + (" (default)" if preset["name"] == self.default else ""))
