@@ -34,9 +34,9 @@ def pieces(text: str, target: int = TARGET_CHARS) -> list[Piece]:
     line once past MIN_CHARS, else at a line end; blank-only passages are dropped."""
     out: list[Piece] = []
     lines: list[str] = []
-    start = size = 0
+    start = end = size = 0  # the passage's first and last non-blank line, its characters so far
 
-    def flush(end: int) -> None:
+    def flush() -> None:
         nonlocal lines, size
         body = "\n".join(lines).strip()
         if body:
@@ -46,22 +46,23 @@ def pieces(text: str, target: int = TARGET_CHARS) -> list[Piece]:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             if size >= min(MIN_CHARS, target):
-                flush(number - 1)
+                flush()
             elif lines:
                 lines.append("")
             continue
         if size and size + len(line) + 1 > target:
-            flush(number - 1)
+            flush()
         if not lines:
             start = number
+        end = number
         while len(line) > target:  # a minified file or a paragraph on one line: cut inside it, same line span
             cut = line.rfind(" ", target // 2, target)
             cut = cut if cut > 0 else target
             lines.append(line[:cut])
             size += cut
-            flush(number)
+            flush()
             start, line = number, line[cut:].lstrip()
         lines.append(line)
         size += len(line) + 1
-    flush(start + len(lines) - 1 if lines else start)
+    flush()
     return out
