@@ -51,6 +51,8 @@ INSIDE = {
     # Where a name from outside may be written, how a handed-over file is read: a leaf every writer can use.
     "core.safe_files": {"core.safe_files"},
     "core.measure": {"core.measure", "core.models", "core.settings"},
+    # Knowledge collections read files with the attachments' readers and search with the history's query rules.
+    "core.knowledge": {"core.knowledge", "core.chat", "core.settings", "core.safe_files"},
     # Controllers hold state and talk to the engine; they build no widget.
     "ui.controllers": {"ui.controllers"},
     "ui.chat": {"ui.chat", "ui.controllers"},

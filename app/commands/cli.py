@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
                        choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "history",
-                                "compare", "hostile", "all"],
+                                "compare", "hostile", "knowledge", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
                             "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; spec: "
@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "acceptance, where greedy text parts; --kv-dtypes' first dtype); compare: a Compare's "
                             "three variants at once vs one after another (--tokens: budget and answer, default 64); "
                             "hostile: each hostile input given to the window (stall, time to the answer, what is left "
-                            "running; --only NAME…); engine|ui|startup|trim|all: developer benchmarks")
+                            "running; --only NAME…); knowledge: index 1,000 pages and 50 PDFs, sync, 100 queries; "
+                            "engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
     bench.add_argument("--json", action="store_true", help="print results as JSON")
@@ -103,6 +104,20 @@ def build_parser() -> argparse.ArgumentParser:
     imports = history_sub.add_parser("import", help="add conversations from a Nalar JSON export or a message list")
     imports.add_argument("file", help="a .json file: `nalar history export --format json` output, or "
                                       "[{\"role\": …, \"content\": …}, …]")
+    knowledge = sub.add_parser("knowledge", help="folders of your documents, indexed for questions (collections)")
+    knowledge_sub = knowledge.add_subparsers(dest="knowledge_command", required=True)
+    k_add = knowledge_sub.add_parser("add", help="add folders to a collection (made if new) and index them")
+    k_add.add_argument("name", help="the collection's name, e.g. notes")
+    k_add.add_argument("folders", nargs="+", metavar="DIR", help="folders whose files are indexed")
+    knowledge_sub.add_parser("sync", help="read again what changed in a collection's folders").add_argument("name")
+    knowledge_sub.add_parser("list", help="the collections, with their counts").add_argument(
+        "--json", action="store_true", help="print them as JSON")
+    k_search = knowledge_sub.add_parser("search", help="the passages that best match a query (BM25)")
+    k_search.add_argument("name", help="the collection")
+    k_search.add_argument("query", help="words to look for (any text; operators are only words)")
+    k_search.add_argument("--json", action="store_true", help="print the passages as JSON")
+    k_search.add_argument("--limit", type=int, default=8, help="most passages (default 8)")
+    knowledge_sub.add_parser("rm", help="remove a collection and its index (not its files)").add_argument("name")
     for name, text in (("kv-check", "how much an FP8 KV cache changes this model's next-token choices"),
                        ("calibrate", "compute per-layer FP8 KV scales and write a calibrated model folder")):
         job = sub.add_parser(name, help=text)
@@ -162,6 +177,12 @@ def run_command(args: argparse.Namespace) -> int:
         if args.history_command == "search":
             return run_search(args.query, as_json=args.json, thinking=args.thinking, limit=args.limit)
         return run_export(args.id, everything=args.all, kind=args.format)
+    if args.command == "knowledge":
+        from app.commands.knowledge.knowledge_cli import run_knowledge
+
+        return run_knowledge(args.knowledge_command, getattr(args, "name", None), getattr(args, "folders", []),
+                             getattr(args, "query", None), as_json=getattr(args, "json", False),
+                             limit=getattr(args, "limit", 8))
     if args.command in ("kv-check", "calibrate"):
         from app.commands.kv_check import run_calibrate, run_kv_check
 
@@ -209,6 +230,10 @@ def run_command(args: argparse.Namespace) -> int:
         from app.commands.compare.compare_bench import run_compare_bench
 
         return run_compare_bench(tokens=args.tokens or 64, as_json=args.json)
+    if args.command == "bench" and args.what == "knowledge":
+        from app.commands.knowledge.knowledge_bench import run_knowledge_bench
+
+        return run_knowledge_bench(as_json=args.json)
     if args.command == "bench" and args.what == "hostile":
         from app.commands.hostile.hostile_bench import run_hostile_bench
 

@@ -118,15 +118,18 @@ def _kind(mode: int) -> str:
     return "not a plain file"
 
 
-def read_regular(path: Path, limit: int) -> bytes:
+def read_regular(path: Path, limit: int, *, follow_symlinks: bool = True) -> bytes:
     """The bytes of the regular file at ``path``, at most ``limit`` of them, else FileTooLarge.
 
     Opened with O_NONBLOCK (opening a FIFO would otherwise wait for a writer for ever), then checked with fstat
     on what was opened, not on the name (a symlink to /dev/zero is a device there): anything but a regular file
     is NotRegularFile. At most ``limit`` + 1 bytes are read, so a file that grows past its size is caught too.
-    OSError when it can't be opened or read.
+    OSError when it can't be opened or read. ``follow_symlinks=False`` refuses a symlink as the last part (ELOOP), for
+    a caller that walked a folder without following links: a file swapped for a link after the walk is not read.
     """
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(path, flags)
     try:
         info = os.fstat(fd)

@@ -81,14 +81,15 @@ def read_pdf(pdf: PdfFile, cancellation: Cancellation | None = None) -> Attachme
     return Attachment(name, len(pdf.data), text, "pdf", read.page_count, read.cut)
 
 
-def read_file(path: Path) -> Attachment | PdfFile:
+def read_file(path: Path, *, follow_symlinks: bool = True) -> Attachment | PdfFile:
     """The text of ``path`` for the model, or a PDF's bytes for ``read_pdf``, or an AttachmentError naming why not.
 
     Only a regular file is read, and at most MAX_FILE_BYTES + 1 of it (``read_regular``): a ``notes.txt`` that
-    links to /dev/zero or /dev/urandom was read until memory ran out, and a FIFO blocked the window for ever."""
+    links to /dev/zero or /dev/urandom was read until memory ran out, and a FIFO blocked the window for ever.
+    ``follow_symlinks=False`` (a knowledge collection's walk) refuses a link as the last part of ``path``."""
     name = path.name
     try:
-        data = read_regular(path, MAX_FILE_BYTES)
+        data = read_regular(path, MAX_FILE_BYTES, follow_symlinks=follow_symlinks)
     except FileTooLarge as exc:
         raise AttachmentError(name, f"the file is {exc.size / 2**20:.0f} MiB, over the {MAX_FILE_BYTES >> 20} MiB "
                               "Nalar reads", "Attach the part that matters, or a shorter export of it.") from None

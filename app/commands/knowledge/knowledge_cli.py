@@ -1,0 +1,141 @@
+"""`nalar knowledge add NAME DIR…`, `sync NAME`, `list`, `search NAME "query" [--json]`, `rm NAME`.
+
+The same store and sync as the window, on the data dir's knowledge.sqlite3. Progress goes to stderr, results to
+stdout; file text goes out as it is stored, never interpreted. Every error names its cause and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from app.core.knowledge.db import KnowledgeUnavailable, knowledge_path
+from app.core.knowledge.store import KnowledgeStore
+from app.core.knowledge.sync import SyncProgress, SyncResult, sync_collection
+
+
+class _Failed(Exception):
+    pass
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _store() -> Iterator[KnowledgeStore]:
+    try:
+        store = KnowledgeStore(knowledge_path())
+    except KnowledgeUnavailable as refused:
+        _err(f"nalar knowledge: {refused.problem}\n{refused.fix}")
+        raise _Failed from None
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _known(store: KnowledgeStore, name: str) -> None:
+    try:
+        store.collection(name)
+    except KeyError as missing:
+        _err(f"nalar knowledge: {missing.args[0]}.\nSee them with `nalar knowledge list`; make one with "
+             f"`nalar knowledge add {name} FOLDER`.")
+        raise _Failed from None
+
+
+def _progress(progress: SyncProgress) -> None:
+    """One line a file on stderr: `[12/340] notes/kettle.md`."""
+    if progress.current:
+        _err(f"[{progress.files_done + 1}/{progress.files_total}] {progress.current}")
+
+
+def _sync(name: str) -> int:
+    try:
+        result = sync_collection(knowledge_path(), name, on_progress=_progress)
+    except KnowledgeUnavailable as refused:
+        _err(f"nalar knowledge: {refused.problem}\n{refused.fix}")
+        return 1
+    _report(name, result)
+    return 0 if not result.failed else 1
+
+
+def _report(name: str, result: SyncResult) -> None:
+    for entry in result.skipped:
+        _err(f"skipped {entry.path}: {entry.reason}")
+    for entry in result.failed:
+        _err(f"FAILED {entry.path}: {entry.reason}")
+    print(f"{name}: {result.read} file(s) read, {result.unchanged} unchanged, {result.removed} removed, "
+          f"{len(result.skipped)} skipped, {len(result.failed)} failed")
+
+
+def run_knowledge(command: str, name: str | None, folders: list[str], query: str | None, *, as_json: bool,
+                  limit: int) -> int:
+    try:
+        return _run(command, name or "", folders, query or "", as_json=as_json, limit=limit)
+    except _Failed:
+        return 1
+
+
+def _run(command: str, name: str, folders: list[str], query: str, *, as_json: bool, limit: int) -> int:
+    if command == "add":
+        with _store() as store:
+            try:
+                collection = store.add(name, [Path(folder) for folder in folders])
+            except ValueError as bad:
+                _err(f"nalar knowledge add: {bad}.")
+                return 2
+        _err(f"{collection.name}: {', '.join(map(str, collection.folders))}; indexing…")
+        return _sync(collection.name)
+    if command == "sync":
+        with _store() as store:
+            _known(store, name)
+        return _sync(name)
+    if command == "list":
+        return _list(as_json)
+    with _store() as store:
+        _known(store, name)
+        if command == "rm":
+            store.remove(name)
+            print(f"removed the collection {name!r} and its index (its folders are untouched)")
+            return 0
+        return _search(store, name, query, as_json=as_json, limit=limit)
+
+
+def _list(as_json: bool) -> int:
+    with _store() as store:
+        collections = store.collections()
+    if as_json:
+        print(json.dumps([{"name": c.name, "folders": [str(f) for f in c.folders], "files": c.files,
+                           "passages": c.passages, "skipped": c.skipped,
+                           "synced_at": c.synced_at.isoformat() if c.synced_at else None} for c in collections],
+                         indent=2))
+        return 0
+    if not collections:
+        _err("No knowledge collections yet: `nalar knowledge add NAME FOLDER…` makes one.")
+    for c in collections:
+        synced = c.synced_at.astimezone().strftime("%Y-%m-%d %H:%M") if c.synced_at else "never synced"
+        print(f"{c.name}: {c.files:,} files, {c.passages:,} passages, {c.skipped:,} skipped; {synced}")
+        for folder in c.folders:
+            print(f"    {folder}")
+    return 0
+
+
+def _search(store: KnowledgeStore, name: str, query: str, *, as_json: bool, limit: int) -> int:
+    found = store.search(name, query, limit=limit)
+    if as_json:
+        print(json.dumps([{"path": str(p.path), "page": p.page, "line_start": p.line_start, "line_end": p.line_end,
+                           "score": float(f"{p.score:.4g}"), "tokens": p.tokens, "text": p.text} for p in found],
+                         ensure_ascii=False, indent=2))
+        return 0
+    if not found:
+        _err(f"Nothing in {name!r} matches {query!r}. Try other words, or `nalar knowledge sync {name}` if the "
+             "files changed.")
+        return 1
+    for number, passage in enumerate(found, 1):
+        print(f"[{number}] {passage.path}, {passage.place}  (score {passage.score:.3f})")
+        print("\n".join(f"    {line}" for line in passage.text.splitlines()))
+    return 0

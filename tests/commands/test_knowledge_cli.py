@@ -1,0 +1,59 @@
+"""`nalar knowledge add/sync/list/search/rm`, run as a user would in a terminal (real child processes on a real
+index file in the test's data dir)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def nalar(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", "knowledge", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_add_search_sync_list_rm_from_a_terminal(tmp_path: Path) -> None:
+    """Catches a command that indexes nothing, a --json that is not JSON or lacks the path, place and score a
+    script needs, a sync that misses an edit, and rm leaving the collection listed."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "kettle.md").write_text("# Kettles\n\nAn electric kettle boils water in three minutes.\n")
+    (docs / "photo.jpg").write_bytes(b"\xff\xd8\xff")
+    added = nalar("add", "notes", str(docs))
+    assert added.returncode == 0, added.stderr
+    assert "notes: 1 file(s) read, 0 unchanged, 0 removed, 1 skipped, 0 failed" in added.stdout
+    assert f"[1/1] {docs / 'kettle.md'}" in added.stderr and "skipped" in added.stderr and "photo.jpg" in added.stderr
+    found = nalar("search", "notes", "how long to boil in kettles?", "--json")
+    assert found.returncode == 0, found.stderr
+    [hit] = json.loads(found.stdout)
+    assert (hit["path"], hit["line_start"], hit["line_end"], hit["page"]) == (str(docs / "kettle.md"), 1, 3, None)
+    assert hit["score"] > 0 and "three minutes" in hit["text"]
+    (docs / "kettle.md").write_text("# Kettles\n\nA stovetop kettle whistles.\n")
+    synced = nalar("sync", "notes")
+    assert "1 file(s) read" in synced.stdout, synced.stdout + synced.stderr
+    assert "whistles" in nalar("search", "notes", "whistling").stdout
+    listed = json.loads(nalar("list", "--json").stdout)
+    assert [(c["name"], c["files"], c["skipped"], c["folders"]) for c in listed] == [("notes", 1, 1, [str(docs)])]
+    assert nalar("rm", "notes").returncode == 0
+    assert json.loads(nalar("list", "--json").stdout) == []
+    assert docs.joinpath("kettle.md").exists(), "rm removed the user's files"
+
+
+def test_each_error_names_its_cause_and_the_fix(tmp_path: Path) -> None:
+    """Catches a traceback or a bare "error" where the user needs to know which name or folder is wrong and
+    what to run instead."""
+    missing = nalar("search", "nothing", "kettle")
+    assert missing.returncode == 1 and "no knowledge collection is called 'nothing'" in missing.stderr
+    assert "nalar knowledge add nothing FOLDER" in missing.stderr and "Traceback" not in missing.stderr
+    not_folder = nalar("add", "notes", str(tmp_path / "absent"))
+    assert not_folder.returncode == 2 and f"{tmp_path / 'absent'} is not a folder" in not_folder.stderr
+    bad_name = nalar("add", "../etc", str(tmp_path))
+    assert bad_name.returncode == 2 and "can't name a collection" in bad_name.stderr
+    (tmp_path / "docs").mkdir()
+    nalar("add", "notes", str(tmp_path / "docs"))
+    none = nalar("search", "notes", "zyzzyva")
+    assert none.returncode == 1 and "Nothing in 'notes' matches 'zyzzyva'" in none.stderr
