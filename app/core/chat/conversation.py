@@ -109,13 +109,13 @@ class Source:
 
     @property
     def place(self) -> str:
-        """"page 4", "lines 3–9", "line 3", or "" where the index gave neither."""
+        """"page 4", "lines 3-9", "line 3", or "" where the index gave neither (as Passage.place writes it)."""
         if self.page is not None:
             return f"page {self.page}"
         if self.line_start is None:
             return ""
         end = self.line_end or self.line_start
-        return f"line {self.line_start}" if end == self.line_start else f"lines {self.line_start}–{end}"
+        return f"line {self.line_start}" if end == self.line_start else f"lines {self.line_start}-{end}"
 
 
 @dataclass(frozen=True)

@@ -17,23 +17,14 @@ from app.core.chat.chat_settings import effective
 from app.core.chat.conversation import Conversation, Source, TurnKnowledge
 from app.core.knowledge.context import KnowledgeContext, knowledge_for
 from app.core.knowledge.store import KnowledgeStore
-from app.core.models.token_count import ContextFit
-from app.core.settings import paths
+from app.core.models.token_count import ContextFit, TokenCounter
 from app.core.settings.settings import Settings
 from app.ui.chat.attachments_bar import context_fit, model_counter
 from app.ui.controllers.operations import run_blocking
 
-KNOWLEDGE_FILE = "knowledge.sqlite3"
 MAX_KNOWLEDGE_TOKENS = 4000  # more passages than this rarely help, and each costs prefill time on a CPU
 MIN_KNOWLEDGE_TOKENS = 64  # less room than this: no passage fits, the question goes without
-MARGIN_TOKENS = 48  # the block's own words and the counters' disagreement (the core counts approximately)
-CITE_INSTRUCTION = ("Use the numbered passages below where they help answer the question, and cite each passage you "
-                    "use as [1], [2], … by its number. If they don't hold the answer, say so.")
-
-
-def knowledge_path() -> Path:
-    """The knowledge index: its own SQLite file under the data dir, never the history's database."""
-    return paths.data_dir() / KNOWLEDGE_FILE
+MARGIN_TOKENS = 16  # the blank line between the block and the question, and the chat template's own tokens
 
 
 def knowledge_budget(fit: ContextFit) -> int:
@@ -49,7 +40,7 @@ def turn_knowledge(context: KnowledgeContext) -> TurnKnowledge | None:
         return None
     sources = tuple(Source(p.collection, str(p.path), p.page, p.line_start, p.line_end, p.text)
                     for p in context.passages)
-    return TurnKnowledge(context.summary(), f"{CITE_INSTRUCTION}\n\n{context.prompt_block()}", sources)
+    return TurnKnowledge(context.summary(), context.prompt_block(), sources)  # its header asks for [1], [2]
 
 
 def chat_collections(conversation: Conversation, settings: Settings) -> tuple[str, ...]:
@@ -65,8 +56,10 @@ class LookUp:
     note: str
 
 
-def look_up_blocking(store_path: Path, collections: list[str], question: str, budget: int) -> LookUp:
-    """On a worker thread: its own connection to the index (SQLite's connections stay on their thread)."""
+def look_up_blocking(store_path: Path, collections: list[str], question: str, budget: int,
+                     counter: TokenCounter) -> LookUp:
+    """On a worker thread: its own connection to the index. The block is counted with the model's tokenizer
+    where it has one (the budget is the model's tokens), else estimated."""
     store = KnowledgeStore(store_path)
     try:
         known = {collection.name for collection in store.collections()}
@@ -75,7 +68,8 @@ def look_up_blocking(store_path: Path, collections: list[str], question: str, bu
         missing = f" ({', '.join(gone)}: no such collection now)" if gone else ""
         if not asked:
             return LookUp(None, f"Knowledge not used: no collection of this chat's exists now{missing}.")
-        found = turn_knowledge(knowledge_for(store, asked, question, token_budget=budget))
+        found = turn_knowledge(knowledge_for(store, asked, question, token_budget=budget,
+                                             count_tokens=counter.count if counter.exact else None))
     finally:
         store.close()
     if found is None:
@@ -101,7 +95,8 @@ class KnowledgeAsking(QObject):
         collections = chat_collections(conversation, settings)
         if not collections:
             return None
-        budget = knowledge_budget(context_fit(settings, conversation, asked, model_counter(settings)))
+        counter = model_counter(settings)
+        budget = knowledge_budget(context_fit(settings, conversation, asked, counter))
         if budget == 0:
             self.notice.emit("Knowledge not used: the context has no room left for passages. Start a new chat, "
                              "lower Max answer tokens or the think budget, or raise the context length in Settings.")
@@ -109,7 +104,7 @@ class KnowledgeAsking(QObject):
         self.busy = True
         try:
             found = await run_blocking("Looking up the chat's knowledge", lambda: look_up_blocking(
-                self.store_path, list(collections), query, budget), parent=self)
+                self.store_path, list(collections), query, budget, counter), parent=self)
         except Exception as exc:  # the question still goes, without passages, and the user is told why
             self.notice.emit(f"Knowledge not used: the index can't be read ({type(exc).__name__}: {exc}).")
             return None

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.knowledge.db import KnowledgeUnavailable
 from app.core.knowledge.store import Collection, KnowledgeStore
 from app.core.knowledge.sync import SyncProgress, SyncResult, sync_collection
 from app.ui.chat.plain_text import plain_label
@@ -186,7 +187,7 @@ class KnowledgeDialog(QDialog):
         store = self._store()
         try:
             store.add(name, folders)
-        except (ValueError, OSError) as exc:  # a bad name, a folder that isn't one: the core says which
+        except (ValueError, OSError, KnowledgeUnavailable) as exc:  # a bad name, a folder that isn't one
             self.status.setText(f"{name} was not added: {exc}")
             return None
         finally:
@@ -203,6 +204,8 @@ class KnowledgeDialog(QDialog):
         store = self._store()
         try:
             store.remove(name)
+        except KeyError:
+            pass  # gone already (removed in a terminal meanwhile)
         finally:
             store.close()
         self.status.setText(f"{name} removed.")
@@ -239,7 +242,7 @@ class KnowledgeDialog(QDialog):
 
     def _synced(self, name: str, result: SyncResult) -> None:
         self.sync_operation = None
-        self.status.setText(("Cancelled: what was read is kept; Sync goes on from there. " if self._cancel.is_set()
+        self.status.setText(("Cancelled: what was read is kept; Sync goes on from there. " if result.cancelled
                              else "") + result_line(name, result))
         self.refresh(choose=name)
         self.synced.emit(result)

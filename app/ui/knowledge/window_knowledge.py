@@ -12,12 +12,13 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QWidget
 
 from app.core.chat.chat_settings import ChatSettings, effective
+from app.core.knowledge.db import knowledge_path
 from app.core.knowledge.store import KnowledgeStore
 from app.core.settings.settings import changed
 from app.ui.chat.answer_view import AnswerPane
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
-from app.ui.knowledge.asking import MAX_KNOWLEDGE_TOKENS, KnowledgeAsking, chat_collections, knowledge_path
+from app.ui.knowledge.asking import MAX_KNOWLEDGE_TOKENS, KnowledgeAsking, chat_collections
 from app.ui.knowledge.chip import KnowledgeChip
 from app.ui.knowledge.dialog import KnowledgeDialog
 from app.ui.knowledge.sources import SourcesPanel
