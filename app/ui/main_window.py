@@ -258,7 +258,6 @@ def _connect(window: MainWindow) -> None:
     window.chat_view.observe(session.reply)
     window.chat_view.thinking_pane.continue_anyway.connect(session.continue_past_loop)
     session.notice.connect(window.show_notice)
-    window.knowledge.asking.notice.connect(window.show_notice)
     session.state_changed.connect(window.refresh_state)
     session.reply_finished.connect(window.on_reply_finished)
     window.prompt.submitted.connect(window.send)

@@ -121,15 +121,16 @@ class Source:
 @dataclass(frozen=True)
 class TurnKnowledge:
     """What a question was asked with from the chat's knowledge collections: the passages the model read before
-    it (``block``, exactly as sent), the same passages as sources to show and open, and the line the window shows
-    ("6 passages, 1,840 tokens (BM25)")."""
+    it (``block``, exactly as sent), the same passages as sources to show and open, the line the window shows
+    ("6 passages, 1,840 tokens (BM25)") and the budget they were chosen within (the context left for them)."""
 
     summary: str
     block: str
     sources: tuple[Source, ...]
+    budget: int = 0
 
     def to_json(self) -> str:
-        return json.dumps({"summary": self.summary, "block": self.block,
+        return json.dumps({"summary": self.summary, "block": self.block, "budget": self.budget,
                            "sources": [asdict(source) for source in self.sources]}, ensure_ascii=False)
 
     @classmethod
@@ -142,7 +143,7 @@ class TurnKnowledge:
         sources = tuple(Source(str(s["collection"]), str(s["path"]), _int_or_none(s.get("page")),
                                _int_or_none(s.get("line_start")), _int_or_none(s.get("line_end")), str(s["text"]))
                         for s in data["sources"])
-        return cls(str(data["summary"]), str(data["block"]), sources)
+        return cls(str(data["summary"]), str(data["block"]), sources, int(data.get("budget", 0)))
 
 
 def _int_or_none(value: object) -> int | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject
 
 from app.core.chat.chat_settings import effective
 from app.core.chat.conversation import Conversation, Source, TurnKnowledge
@@ -34,13 +34,13 @@ def knowledge_budget(fit: ContextFit) -> int:
     return min(left, MAX_KNOWLEDGE_TOKENS) if left >= MIN_KNOWLEDGE_TOKENS else 0
 
 
-def turn_knowledge(context: KnowledgeContext) -> TurnKnowledge | None:
+def turn_knowledge(context: KnowledgeContext, budget: int) -> TurnKnowledge | None:
     """What the turn keeps of a look-up: the block the model reads, the sources to show; None: nothing found."""
     if not context.passages:
         return None
     sources = tuple(Source(p.collection, str(p.path), p.page, p.line_start, p.line_end, p.text)
                     for p in context.passages)
-    return TurnKnowledge(context.summary(), context.prompt_block(), sources)  # its header asks for [1], [2]
+    return TurnKnowledge(context.summary(), context.prompt_block(), sources, budget)  # its header asks for [1]
 
 
 def chat_collections(conversation: Conversation, settings: Settings) -> tuple[str, ...]:
@@ -59,7 +59,7 @@ class LookUp:
 def look_up_blocking(store_path: Path, collections: list[str], question: str, budget: int,
                      counter: TokenCounter) -> LookUp:
     """On a worker thread: its own connection to the index. The block is counted with the model's tokenizer
-    where it has one (the budget is the model's tokens), else estimated."""
+    where it has one, else estimated: the same count as the budget's (context_fit)."""
     store = KnowledgeStore(store_path)
     try:
         known = {collection.name for collection in store.collections()}
@@ -69,47 +69,46 @@ def look_up_blocking(store_path: Path, collections: list[str], question: str, bu
         if not asked:
             return LookUp(None, f"Knowledge not used: no collection of this chat's exists now{missing}.")
         found = turn_knowledge(knowledge_for(store, asked, question, token_budget=budget,
-                                             count_tokens=counter.count if counter.exact else None))
+                                             count_tokens=counter.count), budget)
     finally:
         store.close()
     if found is None:
         return LookUp(None, f"No passage of {', '.join(asked)} matched this question; it went without.{missing}")
-    return LookUp(found, f"Knowledge: {found.summary} of {budget:,} tokens left for them{missing}")
+    return LookUp(found, f"Knowledge: {found.summary} of {budget:,} tokens left for them{missing}.")
 
 
 class KnowledgeAsking(QObject):
-    """Looks up a question's passages before the window sends it; ``busy`` while one runs (a second send waits)."""
-
-    notice = Signal(str)
+    """Looks up a question's passages before the window sends it; ``busy`` while one runs (a second send waits).
+    ``last`` is what the latest look-up found and says (the window shows it under the reply it starts)."""
 
     def __init__(self, store_path: Path, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.store_path = store_path
         self.busy = False
-        self.last: LookUp | None = None  # the latest look-up's (for tests and the bench)
+        self.last: LookUp | None = None
 
     async def look_up(self, conversation: Conversation, settings: Settings, query: str,
                       asked: str) -> TurnKnowledge | None:
         """The passages for ``query`` (the user's words) from the chat's collections, within what ``asked`` (the
         question as sent, files included) leaves of the context; None when the chat has none on or none fit."""
+        self.last = None
         collections = chat_collections(conversation, settings)
         if not collections:
             return None
         counter = model_counter(settings)
         budget = knowledge_budget(context_fit(settings, conversation, asked, counter))
         if budget == 0:
-            self.notice.emit("Knowledge not used: the context has no room left for passages. Start a new chat, "
-                             "lower Max answer tokens or the think budget, or raise the context length in Settings.")
+            self.last = LookUp(None, "Knowledge not used: the context has no room left for passages. Start a new "
+                               "chat, lower Max answer tokens or the think budget, or raise the context length.")
             return None
         self.busy = True
         try:
             found = await run_blocking("Looking up the chat's knowledge", lambda: look_up_blocking(
                 self.store_path, list(collections), query, budget, counter), parent=self)
         except Exception as exc:  # the question still goes, without passages, and the user is told why
-            self.notice.emit(f"Knowledge not used: the index can't be read ({type(exc).__name__}: {exc}).")
+            self.last = LookUp(None, f"Knowledge not used: the index can't be read ({type(exc).__name__}: {exc}).")
             return None
         finally:
             self.busy = False
         self.last = found
-        self.notice.emit(found.note)
         return found.knowledge

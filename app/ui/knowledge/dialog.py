@@ -11,10 +11,9 @@ plain text.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
@@ -41,21 +40,43 @@ COLUMNS = ("Collection", "Folders", "Files", "Passages", "Skipped", "Last sync")
 
 
 class SyncProgressRelay(QObject):
-    """Progress from the sync's worker thread to the GUI thread, at most one signal every PROGRESS_MS (a sync of
-    thousands of small files would otherwise queue thousands of repaints), and always the last one."""
+    """Progress from the sync's worker thread to the GUI thread: at most one signal every PROGRESS_MS (a sync of
+    thousands of small files would otherwise queue thousands of repaints), and always the latest at the end.
+
+    The worker only stores the latest report and, if none is on its way, queues one wake-up; the GUI thread shows
+    the latest and waits PROGRESS_MS before it shows another."""
 
     progressed = Signal(object)  # SyncProgress
+    _arrived = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._last = 0.0
+        self._lock = threading.Lock()
+        self._latest: SyncProgress | None = None
+        self._pending = False
+        self._cooldown = QTimer(self, singleShot=True, interval=PROGRESS_MS)
+        self._cooldown.timeout.connect(self._deliver)
+        self._arrived.connect(self._on_arrived)  # a bound slot of this GUI-thread object: queued from the worker
 
     def report(self, progress: SyncProgress) -> None:
         """On the worker thread."""
-        now = time.monotonic()
-        if now - self._last >= PROGRESS_MS / 1000 or progress.files_done >= progress.files_total:
-            self._last = now
+        with self._lock:
+            self._latest = progress
+            if self._pending:
+                return
+            self._pending = True
+        self._arrived.emit()
+
+    def _on_arrived(self) -> None:
+        if not self._cooldown.isActive():
+            self._deliver()
+
+    def _deliver(self) -> None:
+        with self._lock:
+            progress, self._latest, self._pending = self._latest, None, False
+        if progress is not None:
             self.progressed.emit(progress)
+            self._cooldown.start()
 
 
 def result_line(name: str, result: SyncResult) -> str:

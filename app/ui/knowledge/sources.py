@@ -115,15 +115,18 @@ class SourcesPanel(QWidget):
         layout.addWidget(self.label)
         self.hide()
 
-    def show_sources(self, knowledge: TurnKnowledge | None) -> None:
+    def show_sources(self, knowledge: TurnKnowledge | None, note: str = "") -> None:
+        """The turn's sources; with none, ``note`` alone (why the question went without), or nothing."""
         self.knowledge = knowledge
         if knowledge is None or not knowledge.sources:
-            self.label.clear()
-            self.hide()
+            self.label.setText(f"<small>{escaped(note)}</small>" if note else "")
+            self.setVisible(bool(note))
             return
         lines = [f'<a href="{SOURCE_SCHEME}:{n}" style="text-decoration: none">{escaped(source_line(n, source))}</a>'
                  for n, source in enumerate(knowledge.sources, 1)]
-        self.label.setText(f"<small><b>Sources</b> · {escaped(knowledge.summary)}<br>{'<br>'.join(lines)}</small>")
+        budget = f" of {knowledge.budget:,} left for them in the context" if knowledge.budget else ""
+        self.label.setText(f"<small><b>Sources</b> · {escaped(knowledge.summary)}{budget}<br>"
+                           f"{'<br>'.join(lines)}</small>")
         self.show()
 
     def citations(self) -> int:

@@ -12,6 +12,7 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QWidget
 
 from app.core.chat.chat_settings import ChatSettings, effective
+from app.core.chat.conversation import Conversation, Turn
 from app.core.knowledge.db import knowledge_path
 from app.core.knowledge.store import KnowledgeStore
 from app.core.settings.settings import changed
@@ -37,11 +38,13 @@ class WindowKnowledge(QObject):
         self.sources = SourcesPanel(self.folders)
         self.chip = KnowledgeChip(self.names)
         self.dialog: KnowledgeDialog | None = None
+        self._noted: tuple[Turn, str] | None = None  # the reply just started, and what its look-up said
         document = answer_pane.document
         document.citations = self.citations  # read at each render: the turn shown or streaming now
         document.cite = self.sources.open_source
         self.chip.chosen.connect(self.choose)
         self.chip.manage.connect(self.open_dialog)
+        session.reply_started.connect(self._note)
         session.reply.reset.connect(lambda _: self.show_turn())
         session.store.current_changed.connect(lambda _row: self.refresh())
         session.state_changed.connect(self.refresh)
@@ -56,9 +59,18 @@ class WindowKnowledge(QObject):
         turn = self.session.store.last_turn
         return len(turn.knowledge.sources) if turn is not None and turn.knowledge is not None else 0
 
+    def _note(self, conversation: Conversation) -> None:
+        """A reply starts (before its panes are drawn): what its question's look-up said goes with it."""
+        last, self.asking.last = self.asking.last, None
+        if last is not None and conversation.turns:
+            self._noted = (conversation.turns[-1], last.note)
+        self.show_turn()
+
     def show_turn(self) -> None:
+        """The sources of the turn shown (or streaming); for the question just asked, why it went without."""
         turn = self.session.store.last_turn
-        self.sources.show_sources(turn.knowledge if turn is not None else None)
+        note = self._noted[1] if self._noted is not None and turn is self._noted[0] else ""
+        self.sources.show_sources(turn.knowledge if turn is not None else None, note)
 
     def refresh(self) -> None:
         on = chat_collections(self.session.conversation, self.controller.settings)

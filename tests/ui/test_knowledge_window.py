@@ -1,0 +1,203 @@
+"""Knowledge in the window (issue 51), with the scripted engine double answering and a real index (SQLite FTS5 in
+the test's data dir) over folders the tests write: a folder added through Knowledge…, a question whose answer is
+in one file reaches the model with that file's passage, the answer's [1] opens that file at its place, an edit
+synced is what the next question reads, the budget is held, a reload shows the same sources, and the sync runs
+through the one runner, never on the GUI thread."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QTimer, QUrl
+from PySide6.QtGui import QDesktopServices
+
+from app.core.chat.answer_markup import CITE_SCHEME, LINK_SCHEME
+from app.core.chat.history import HistoryStore
+from app.core.knowledge.sync import SyncProgress
+from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
+from app.engine.scripted import Script, ScriptedEngineDouble
+from app.ui.chat.attachments_bar import context_fit, model_counter
+from app.ui.controllers.operations import runner
+from app.ui.knowledge import dialog as dialog_module
+from app.ui.knowledge.asking import knowledge_budget
+from app.ui.knowledge.dialog import KnowledgeDialog
+from tests.ui.test_window import send, wait_ready
+
+GLYCEROL = "Glycerol boils at 290 degrees Celsius and is used to sweeten liquorice."
+FILLER = ("The weekly report lists the meetings, the budget lines and the rota for the kitchen. " * 3).strip()
+
+
+def write_notes(folder: Path) -> Path:
+    """Three notes; the answer to the question below is in ``chemistry.md`` alone, on its line 3."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meetings.md").write_text(f"# Meetings\n\n{FILLER}\n", encoding="utf-8")
+    (folder / "garden.txt").write_text("Tomatoes need six hours of sun and water at the root.\n", encoding="utf-8")
+    target = folder / "chemistry.md"
+    target.write_text(f"# Chemistry notes\n\n{GLYCEROL}\n", encoding="utf-8")
+    return target
+
+
+def added(qtbot, window, name: str, folder: Path) -> KnowledgeDialog:
+    """Knowledge… from the menu, a new collection of ``folder``, synced; the chat then asks over it."""
+    window.menus.trigger("knowledge")
+    dialog = window.knowledge.dialog
+    assert dialog is not None and dialog.isVisible(), "Knowledge… opened no dialog"
+    with qtbot.waitSignal(dialog.synced, timeout=30_000):
+        assert dialog.new_collection(name, folder) is not None, dialog.status.text()
+    window.knowledge.choose(name, True)
+    return dialog
+
+
+def cite_link(window, number: int) -> QUrl:
+    """The answer pane's link for citation [number], as the rendered answer numbers it."""
+    links = window.chat_view.answer_pane.document.collected.links
+    index = next((i for i, link in enumerate(links) if link.href == f"{CITE_SCHEME}:{number}"), None)
+    assert index is not None, f"no [{number}] link in the answer: {links}"
+    return QUrl(f"{LINK_SCHEME}:{index}")
+
+
+def test_a_question_answered_from_one_file_reaches_the_model_with_it_and_its_citation_opens_that_file(
+        qtbot, make_window, tmp_path: Path, monkeypatch) -> None:
+    """Bugs caught: the passages not reaching the prompt (or after the question); the wrong file's passage; the
+    answer's [1] left as text, or opening another file or place than the passage's; a source opened outside
+    the collection's folders; the sources lost on a reload; the chat's collections not kept with it."""
+    engine = ScriptedEngineDouble([Script(["<think>the notes say 290</think>", "Glycerol boils at 290 °C [1]."])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    target = write_notes(tmp_path / "notes")
+    dialog = added(qtbot, window, "notes", tmp_path / "notes")
+    table = [dialog.table.item(0, column).text() for column in range(dialog.table.columnCount())]
+    assert table[0] == "notes" and table[2] == "3" and table[5] != "never", table
+    assert window.knowledge.chip.text() == "Knowledge: notes"
+    send(qtbot, window, "At what temperature does glycerol boil?")
+    question = engine.requests[-1][-1]["content"]
+    assert GLYCEROL in question and str(target) in question and "[1]" in question, question
+    assert question.endswith("At what temperature does glycerol boil?"), "the passages go before the question"
+    assert FILLER not in question, "a file without the answer was put in the prompt"
+    turn = window.session.conversation.turns[-1]
+    assert turn.knowledge is not None and turn.knowledge.sources[0].path == str(target)
+    sources = window.knowledge.sources
+    assert sources.isVisible() and "chemistry.md" in sources.label.text() and "BM25" in sources.label.text()
+
+    opened: list[QUrl] = []
+    monkeypatch.setattr(QDesktopServices, "openUrl", staticmethod(lambda url: opened.append(url) or True))
+    window.chat_view.answer_pane.document.on_anchor(cite_link(window, 1))
+    viewer = sources.viewer
+    assert viewer is not None and viewer.isVisible(), "the answer's [1] opened no viewer"
+    source = turn.knowledge.sources[0]
+    assert source.line_start <= 3 <= source.line_end, "the passage's lines don't hold the answer's line 3"
+    assert str(target) in viewer.where.text() and source.place in viewer.where.text(), viewer.where.text()
+    assert GLYCEROL in viewer.text.toPlainText() and viewer.text.toPlainText() == source.text
+    viewer.open_button.click()
+    assert opened == [QUrl.fromLocalFile(str(target.resolve()))], opened
+    viewer.close()
+
+    conversation_id = window.session.conversation.id
+    window.session.store.new_conversation()
+    qtbot.waitUntil(lambda: not sources.isVisible(), timeout=5_000)
+    assert window.knowledge.chip.text() == "Knowledge: off", "a new chat took the other chat's collections"
+    window.session.store.select(next(row for row in range(len(window.session.store.model))
+                                     if window.session.store.model[row].id == conversation_id))
+    qtbot.waitUntil(lambda: sources.isVisible(), timeout=5_000)
+    assert "chemistry.md" in sources.label.text() and window.knowledge.chip.text() == "Knowledge: notes"
+    reread = HistoryStore(window.session.history.path, owner=False)
+    try:
+        stored = next(c for c in reread.conversations() if c.id == conversation_id)
+    finally:
+        reread.close()
+    assert stored.turns[-1].knowledge == turn.knowledge and stored.settings.values.knowledge == ("notes",)
+
+
+def test_an_edited_file_synced_is_what_the_next_question_reads(qtbot, make_window, tmp_path: Path) -> None:
+    """Bug caught: a sync after an edit leaving the old passage in the index, or the window asking with the
+    passages of an earlier question (or of the earlier turn) instead of looking up again."""
+    engine = ScriptedEngineDouble([Script(["290 °C [1]."]), Script(["295 °C [1]."])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    target = write_notes(tmp_path / "notes")
+    dialog = added(qtbot, window, "notes", tmp_path / "notes")
+    send(qtbot, window, "At what temperature does glycerol boil?")
+    edited = "Glycerol boils at 295 degrees Celsius, the corrected figure from the new handbook."
+    target.write_text(f"# Chemistry notes\n\n{edited}\n", encoding="utf-8")
+    with qtbot.waitSignal(dialog.synced, timeout=30_000) as synced:
+        dialog.sync("notes")
+    assert synced.args[0].read == 1 and synced.args[0].unchanged == 2, synced.args[0]
+    send(qtbot, window, "What is the boiling temperature of glycerol?")
+    question = engine.requests[-1][-1]["content"]
+    assert edited in question and "290 degrees" not in question, question
+    earlier = [m["content"] for m in engine.requests[-1][:-1] if m["role"] == "user"]
+    assert earlier == ["At what temperature does glycerol boil?"], "an earlier turn's passages went again"
+
+
+def test_the_passages_keep_within_the_context_left(qtbot, make_window, tmp_path: Path) -> None:
+    """Bug caught: every matching passage put in whatever the context (a question then refused by the engine,
+    or the reply's room eaten), or a budget that ignores the conversation so far."""
+    settings = Settings(engine=EngineConfig(max_model_len=1024), sampling=SamplingConfig(think_budget=64,
+                                                                                         max_tokens=128))
+    engine = ScriptedEngineDouble([Script(["First."]), Script(["Second."])])
+    window = make_window(engine, settings)
+    wait_ready(qtbot, window)
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for n in range(30):
+        (folder / f"glycerol-{n:02}.md").write_text(
+            f"Note {n}: glycerol " + " ".join(f"word{n}x{k}" for k in range(60)) + "\n", encoding="utf-8")
+    added(qtbot, window, "notes", folder)
+    send(qtbot, window, "Tell me about glycerol, at length. " * 20)
+    question = "And glycerol again?"
+    counter = model_counter(settings)
+    budget = knowledge_budget(context_fit(settings, window.session.conversation, question, counter))
+    assert 0 < budget < 900, budget
+    send(qtbot, window, question)
+    knowledge = window.session.conversation.turns[-1].knowledge
+    assert knowledge is not None and 0 < len(knowledge.sources) < 30, "the budget didn't cut anything"
+    assert counter.count(knowledge.block) <= budget, (counter.count(knowledge.block), budget)
+    shown = window.knowledge.sources.label.text()
+    assert f"{len(knowledge.sources)} passage" in shown and f"of {budget:,} left" in shown, shown
+    assert knowledge.budget == budget
+
+
+def test_a_sync_runs_through_the_runner_with_progress_and_cancel_while_the_window_goes_on(
+        qtbot, make_window, tmp_path: Path, monkeypatch) -> None:
+    """Bug caught: the sync run on the GUI thread (the window frozen for a whole index), progress delivered
+    once per file (thousands of repaints) or never, and Cancel not reaching the worker."""
+    window = make_window()
+    wait_ready(qtbot, window)
+    write_notes(tmp_path / "notes")
+    release, started = threading.Event(), threading.Event()
+    ran_on: list[str] = []
+    real_sync = dialog_module.sync_collection
+
+    def held_sync(store_path, name, *, on_progress=None, cancelled=lambda: False):  # type: ignore[no-untyped-def]
+        ran_on.append(threading.current_thread().name)
+        for done in range(500):  # a burst of progress: the relay passes few of them
+            on_progress(SyncProgress(done, 500, f"file-{done}.md", done))
+        started.set()
+        assert release.wait(30), "hang guard"
+        assert cancelled(), "Cancel never reached the worker"
+        return real_sync(store_path, name, on_progress=on_progress, cancelled=cancelled)
+
+    monkeypatch.setattr(dialog_module, "sync_collection", held_sync)
+    window.menus.trigger("knowledge")
+    dialog = window.knowledge.dialog
+    shown: list[int] = []
+    dialog.relay.progressed.connect(lambda progress: shown.append(progress.files_done))
+    operation = dialog.new_collection("notes", tmp_path / "notes")
+    assert operation is not None and operation in runner().live and operation.thread is not None
+    ticks: list[int] = []
+    timer = QTimer(window, interval=10)
+    timer.timeout.connect(lambda: ticks.append(1))
+    timer.start()
+    qtbot.waitUntil(lambda: started.is_set() and len(ticks) >= 5, timeout=10_000)  # the GUI loop runs on
+    timer.stop()
+    assert ran_on and ran_on[0] != threading.main_thread().name, ran_on
+    assert not dialog.sync_button.isEnabled() and dialog.cancel_button.isEnabled()
+    qtbot.waitUntil(lambda: 499 in shown, timeout=5_000)
+    assert len(shown) < 50, f"{len(shown)} progress signals for 500 reports: not throttled"
+    assert dialog.progress.maximum() == 500
+    dialog.cancel_button.click()
+    with qtbot.waitSignal(dialog.synced, timeout=30_000):
+        release.set()
+    assert dialog.status.text().startswith("Cancelled"), dialog.status.text()
+    assert dialog.sync_button.isEnabled()
