@@ -25,7 +25,8 @@ def vocabulary(rng: random.Random, size: int = 6_000) -> list[str]:
 def page(rng: random.Random, words: list[str], topic: list[str]) -> list[str]:
     """PAGE_LINES lines of prose-like text, a quarter of its words from the file's topic (so queries have a
     right answer), paragraphs every 6-10 lines."""
-    lines, line, until_break = [], "", rng.randint(6, 10)
+    lines: list[str] = []
+    line, until_break = "", rng.randint(6, 10)
     while len(lines) < PAGE_LINES:
         word = rng.choice(topic) if rng.random() < 0.25 else rng.choice(words)
         if len(line) + len(word) + 1 > LINE_CHARS:
