@@ -589,6 +589,36 @@ def render_bench_compare(r: Results) -> str:
 
 # ---- hostile inputs ------------------------------------------------------------------------------
 
+def render_bench_knowledge(r: Results) -> str:
+    """`nalar bench knowledge`: first index, a sync with nothing changed, query p50/p95, the window's stall while
+    indexing (the window's bench fills it; "–" until then), each against issue 51's goal."""
+    report = r("bench-knowledge")
+    goal, corpus, index = report["goal"], report["corpus"], report["index"]
+
+    def met(value: float | None, limit: float) -> str:
+        return "–" if value is None else ("met" if value <= limit else "**missed**")
+
+    stall = report.get("window_stall_ms")
+    rows = [["first index", f"{num(report['first_index_s'], 2)} s", f"≤ {num(goal['first_index_s'])} s",
+             met(report["first_index_s"], goal["first_index_s"])],
+            ["sync with nothing changed (median of 3)", f"{num(report['no_change_sync_s'] * 1000, 0)} ms",
+             f"≤ {num(goal['no_change_sync_s'])} s", met(report["no_change_sync_s"], goal["no_change_sync_s"])],
+            [f"query p50 ({report['queries']} queries)", f"{num(report['query_p50_ms'], 1)} ms", "", ""],
+            [f"query p95 ({report['queries']} queries)", f"{num(report['query_p95_ms'], 1)} ms",
+             f"≤ {num(goal['query_p95_ms'])} ms", met(report["query_p95_ms"], goal["query_p95_ms"])],
+            ["the window's longest stall while indexing", "–" if stall is None else f"{num(stall, 1)} ms",
+             f"≤ {num(goal['window_stall_ms'])} ms", met(stall, goal["window_stall_ms"])]]
+    out = table(["measure", "result", "goal", ""], rows, "lrrl")
+    out += (f"\nCorpus: {num(corpus['text_pages'])} pages of text in {corpus['text_files']} Markdown files and "
+            f"{corpus['pdfs']} PDFs ({num(corpus['pdf_pages'])} pages), {num(corpus['bytes'] / 2**20, 1)} MiB; "
+            f"the index: {num(index['files'])} files, {num(index['passages'])} passages, "
+            f"{num(index['bytes'] / 2**20, 1)} MiB.\n")
+    before, after = report["load_average_1min"]
+    memory = f"{num(report['memory_gib'], 0)} GiB of memory; " if report.get("memory_gib") else ""
+    note = f"{memory}1-minute load average {num(before)} before the run, {num(after)} after; the machine was shared"
+    return out + "\n" + measured({**report, "note": note})
+
+
 def render_hostile(r: Results) -> str:
     """`nalar bench hostile`: per case the longest stall (bold past the goal), the time to the answer and its kind;
     then where the GUI thread was held past the goal, what timed out, and what was left running."""
@@ -636,6 +666,7 @@ RENDER: dict[str, Callable[[Results], str]] = {
     "tool-fixtures": render_tool_fixtures, "maths-coverage": render_maths_coverage, "bench-maths": render_bench_maths,
     "spec-summary": render_spec_summary, "bench-spec": render_bench_spec,
     "compare-summary": render_compare_summary, "bench-compare": render_bench_compare, "hostile": render_hostile,
+    "bench-knowledge": render_bench_knowledge,
 }
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from app.core.knowledge import sync as sync_module
@@ -18,6 +19,7 @@ from app.core.knowledge.reader import Document
 from app.core.knowledge.store import KnowledgeStore
 from app.core.knowledge.sync import SyncProgress, sync_collection
 from tests.core.knowledge.corpus import write_corpus
+from tests.support.pdfs import shared_stream_pdf
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -172,3 +174,18 @@ def test_a_sync_killed_mid_index_is_finished_by_the_next_and_nothing_is_indexed_
     with sqlite3.connect(knowledge_path()) as db:
         fts = db.execute("SELECT count(*) FROM passage_search WHERE passage_search MATCH 'topic'").fetchone()[0]
     assert fts == expected, "the full-text index holds passages twice or misses some"
+
+
+def test_cancel_ends_a_pdf_being_read_and_its_reader(docs: Path, store: KnowledgeStore) -> None:
+    """Catches a Cancel that waits for a slow PDF's reader (up to its 20 s deadline) or leaves the pypdf child
+    running: the PDF is read once its progress is reported, and Cancel is pressed then."""
+    shared_stream_pdf(docs / "slow.pdf")
+    store.add("notes", [docs])
+    pressed: list[SyncProgress] = []
+    result = sync_collection(knowledge_path(), "notes", on_progress=lambda p: pressed.append(p) if p.current else None,
+                             cancelled=lambda: bool(pressed))
+    assert result.cancelled and result.read == 0, "the PDF was read to the end before Cancel was seen"
+    assert passage_ids(docs / "slow.pdf") == []
+    readers = [child for child in psutil.Process().children(recursive=True)
+               if "app.core.chat.pdf_text" in " ".join(child.cmdline())]
+    assert readers == [], f"the PDF's reader is still running: {readers}"
