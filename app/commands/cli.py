@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
                        choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "history",
-                                "compare", "hostile", "knowledge", "all"],
+                                "compare", "hostile", "knowledge", "knowledge-window", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
                             "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; spec: "
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "three variants at once vs one after another (--tokens: budget and answer, default 64); "
                             "hostile: each hostile input given to the window (stall, time to the answer, what is left "
                             "running; --only NAME…); knowledge: index 1,000 pages and 50 PDFs, sync, 100 queries; "
+                            "knowledge-window: the window's longest stall while Knowledge… indexes them; "
                             "engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
@@ -234,6 +235,10 @@ def run_command(args: argparse.Namespace) -> int:
         from app.commands.knowledge.knowledge_bench import run_knowledge_bench
 
         return run_knowledge_bench(as_json=args.json)
+    if args.command == "bench" and args.what == "knowledge-window":
+        from app.commands.window_bench.knowledge_stall import run_knowledge_window_bench
+
+        return run_knowledge_window_bench(as_json=args.json)
     if args.command == "bench" and args.what == "hostile":
         from app.commands.hostile.hostile_bench import run_hostile_bench
 

@@ -89,6 +89,10 @@ class WindowKnowledge(QObject):
 
     # ---- the index ---------------------------------------------------------------------------------
 
+    def use_index(self, store_path: Path) -> None:
+        """Another index than the data dir's (a bench's own, so the user's is never touched)."""
+        self.store_path = self.asking.store_path = store_path
+
     def _collections(self) -> list[tuple[str, tuple[Path, ...]]]:
         store = KnowledgeStore(self.store_path)
         try:
