@@ -283,10 +283,15 @@ def _connect(window: MainWindow) -> None:
 
 def _lay_out(window: MainWindow) -> None:
     """Conversations left of the transcript, prompt and controls; the gauges above both."""
+    files = QWidget()  # the files of the next question, and the chat's knowledge chip, just above the prompt
+    files_row = QHBoxLayout(files)
+    files_row.setContentsMargins(0, 0, 0, 0)
+    files_row.addWidget(window.attachments, 1)
+    files_row.addWidget(window.knowledge.chip)
     center = QWidget()
     center_layout = QVBoxLayout(center)
     for widget, stretch in ((window.banner, 0), (window.chat_view, 1), (window.knowledge.sources, 0),
-                            (window.notice_label, 0), (window.attachments, 0), (window.prompt, 0),
+                            (window.notice_label, 0), (files, 0), (window.prompt, 0),
                             (window.controls, 0)):
         center_layout.addWidget(widget, stretch)
     body = QSplitter(Qt.Orientation.Horizontal)
@@ -299,9 +304,6 @@ def _lay_out(window: MainWindow) -> None:
     root_layout.addWidget(window.gauges)
     root_layout.addWidget(body, 1)
     window.setCentralWidget(root)
-    controls = window.controls.layout()
-    assert isinstance(controls, QHBoxLayout)  # the chip beside Think and Tools
-    controls.insertWidget(controls.indexOf(window.controls.tools_switch) + 1, window.knowledge.chip)
     window.setStatusBar(window.status_bar)
 
 

@@ -6,7 +6,7 @@ passages the model reads are the real look-up's. The model is played by the scri
 135M model doesn't cite reliably), so the answer's words are scripted. Run under Xvfb with a window manager, with
 throwaway config and data dirs:
     XDG_CONFIG_HOME=$(mktemp -d) XDG_DATA_HOME=$(mktemp -d) QT_QPA_PLATFORM=xcb xvfb-run -a \\
-        -s "-screen 0 1280x800x24" sh -c 'openbox & .venv/bin/python packaging/linux/screenshot_knowledge.py'
+        -s "-screen 0 1400x860x24" sh -c 'openbox & .venv/bin/python packaging/linux/screenshot_knowledge.py'
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def main(out: Path) -> int:
     settings = Settings(engine=EngineConfig(max_model_len=4096), sampling=SamplingConfig(think_budget=256,
                                                                                          max_tokens=256))
     window = open_window(engine, settings)
-    window.resize(1180, 760)
+    window.resize(1340, 780)
     window.controller.start_engine()
     done: list[int] = []
 
@@ -68,8 +68,8 @@ def main(out: Path) -> int:
         first = next(i for i, link in enumerate(links) if link.href == f"{CITE_SCHEME}:1")
         window.chat_view.answer_pane.document.on_anchor(QUrl(f"{LINK_SCHEME}:{first}"))
         viewer = window.knowledge.sources.viewer
-        viewer.resize(520, 300)
-        viewer.move(window.geometry().right() - 560, window.geometry().top() + 120)
+        viewer.resize(560, 250)
+        viewer.move(window.geometry().right() - 600, window.geometry().top() + 330)
         await asyncio.sleep(0.5)
         app.processEvents()
         screen = QApplication.primaryScreen().grabWindow(0)  # the X server's pixels: the window and the viewer

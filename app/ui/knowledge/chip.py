@@ -1,5 +1,6 @@
-"""The chat's knowledge chip beside Think and Tools: "Knowledge: notes, papers" (or "Knowledge: off"), and its
-menu: a check per collection (on for this chat), then Manage collections… (Knowledge…)."""
+"""The chat's knowledge chip, above the prompt beside the attached files: "Knowledge: notes, papers" (or
+"Knowledge: off"), and its menu: a check per collection (on for this chat), then Manage collections…
+(Knowledge…)."""
 
 from __future__ import annotations
 

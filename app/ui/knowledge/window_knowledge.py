@@ -1,4 +1,4 @@
-"""The window's knowledge parts in one object: the chip beside Think and Tools, the look-up before a send
+"""The window's knowledge parts in one object: the chip above the prompt, the look-up before a send
 (``asking``), the sources under the answer and the citations in it, and Knowledge… (the dialog).
 
 The window builds it and hands it the session, the controller and the answer pane; nothing here holds the window.
