@@ -201,3 +201,56 @@ def test_a_sync_runs_through_the_runner_with_progress_and_cancel_while_the_windo
         release.set()
     assert dialog.status.text().startswith("Cancelled"), dialog.status.text()
     assert dialog.sync_button.isEnabled()
+
+
+def test_the_dialog_lists_skipped_files_with_reasons_adds_a_folder_and_removes_a_collection(
+        qtbot, make_window, tmp_path: Path) -> None:
+    """Bugs caught: skipped files not shown (the user can't tell why a file never answers), a name or path from
+    the files shown as markup, Add folder replacing the collection's folders, Remove leaving the chat asking a
+    collection that is gone without a word."""
+    engine = ScriptedEngineDouble([Script(["No notes on that."])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    notes = tmp_path / "notes"
+    write_notes(notes)
+    (notes / "<b>bold.txt").write_bytes(b"\x00\x01binary\x00" * 100)
+    dialog = added(qtbot, window, "notes", notes)
+    assert dialog.skipped.count() == 1
+    line = dialog.skipped.item(0).text()
+    assert "<b>bold.txt" in line and "binary" in line, line
+    more = tmp_path / "more"
+    more.mkdir()
+    (more / "tea.md").write_text("Green tea steeps at 80 degrees for two minutes.\n", encoding="utf-8")
+    with qtbot.waitSignal(dialog.synced, timeout=30_000):
+        assert dialog.add_folder(more) is not None
+    assert dialog.table.item(0, 1).text().count(";") == 1 and dialog.table.item(0, 2).text() == "4"
+    assert dialog.remove("notes", ask=False) and dialog.table.rowCount() == 0
+    send(qtbot, window, "How hot should green tea be?")
+    assert "Knowledge not used" in window.knowledge.sources.label.text() and "notes" in \
+        window.knowledge.sources.label.text(), window.knowledge.sources.label.text()
+    assert "80 degrees" not in engine.requests[-1][-1]["content"]
+
+
+def test_a_preset_naming_collections_gives_them_to_the_chat_that_takes_it(qtbot, make_window, tmp_path: Path) -> None:
+    """Bug caught: a preset's collections not reaching the chat (or reaching every chat), and an earlier
+    answer's sources missing from the thread once a newer question is asked."""
+    from app.core.settings.settings import Preset, PresetsConfig, changed
+
+    engine = ScriptedEngineDouble([Script(["290 °C [1]."]), Script(["Noted."])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    write_notes(tmp_path / "notes")
+    dialog = added(qtbot, window, "notes", tmp_path / "notes")
+    dialog.close()
+    window.knowledge.choose("notes", False)
+    assert window.knowledge.chip.text() == "Knowledge: off"
+    controller = window.controller
+    presets = PresetsConfig(presets=(*controller.settings.presets.presets, Preset(name="Lab", knowledge=("notes",))))
+    controller.apply_settings(changed(controller.settings, presets=presets.model_dump()))
+    window.chat_settings.choose_preset("Lab")
+    assert window.knowledge.chip.text() == "Knowledge: notes"
+    send(qtbot, window, "At what temperature does glycerol boil?")
+    assert GLYCEROL in engine.requests[-1][-1]["content"]
+    send(qtbot, window, "Thanks, and anything on tomatoes?")
+    thread = window.chat_view.transcript.toPlainText()
+    assert "Sources: [1] chemistry.md" in thread, thread

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QTextCursor
@@ -275,4 +276,13 @@ def _reply(turn: Turn, document: AnswerDocument, switch: KeepSwitch | None = Non
         note += f' <small style="color: #1f5f99">✎ thinking edited by you ({len(turn.thinking_edits)}×)</small>'
     if switch is not None:  # our own words and figures, not model text
         note += f"&nbsp;&nbsp;&nbsp;<small>{_turn_link(switch.index, 'keep', html.escape(switch.label))}</small>"
-    return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}</p>{document.html(turn.answer)}"
+    return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}</p>{document.html(turn.answer)}{_sources(turn)}"
+
+
+def _sources(turn: Turn) -> str:
+    """An earlier answer's sources, one escaped line each (the one shown last lists them, as links, under it)."""
+    if turn.knowledge is None or not turn.knowledge.sources:
+        return ""
+    lines = [f"[{n}] {html.escape(Path(s.path).name)}" + (f" · {html.escape(s.place)}" if s.place else "")
+             for n, s in enumerate(turn.knowledge.sources, 1)]
+    return f'<p style="color: #57606a"><small>Sources: {" · ".join(lines)}</small></p>'

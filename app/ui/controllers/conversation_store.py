@@ -26,6 +26,7 @@ class ConversationStore(QObject):
 
     current_changed = Signal(int)  # the row of the conversation now shown
     notice = Signal(str)
+    chat_settings_changed = Signal()  # the shown chat's own values (preset, budget, collections) were set
     import_progress = Signal(str)  # what an import is doing, emitted from its worker thread (queued to receivers)
 
     def __init__(self, history: HistoryStore, busy: Callable[[], bool], new_thinking: Callable[[], bool],
@@ -101,6 +102,7 @@ class ConversationStore(QObject):
         conversation.thinking = conversation.thinking if thinking is None else thinking
         conversation.tools = conversation.tools if tools is None else tools
         self.history.save_conversation(conversation)
+        self.chat_settings_changed.emit()
 
     def delete_current(self) -> None:
         row = self.current_row

@@ -47,6 +47,7 @@ class WindowKnowledge(QObject):
         session.reply_started.connect(self._note)
         session.reply.reset.connect(lambda _: self.show_turn())
         session.store.current_changed.connect(lambda _row: self.refresh())
+        session.store.chat_settings_changed.connect(self.refresh)
         session.state_changed.connect(self.refresh)
         controller.settings_changed.connect(lambda _before, _after: self.refresh())
 
@@ -85,7 +86,6 @@ class WindowKnowledge(QObject):
         names = tuple(n for n in chat.values.knowledge if n != name) + ((name,) if on else ())
         self.session.store.set_chat_settings(ChatSettings(preset=chat.preset,
                                                           values=changed(chat.values, knowledge=names)))
-        self.refresh()
 
     # ---- the index ---------------------------------------------------------------------------------
 
