@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 from app.core.knowledge.db import KnowledgeUnavailable
 from app.core.knowledge.store import Collection, KnowledgeStore
 from app.core.knowledge.sync import SyncProgress, SyncResult, sync_collection
+from app.core.priority import lower_this_thread
 from app.ui.chat.plain_text import plain_label
 from app.ui.controllers.operations import Operation, run_blocking
 
@@ -77,6 +78,14 @@ class SyncProgressRelay(QObject):
         if progress is not None:
             self.progressed.emit(progress)
             self._cooldown.start()
+
+
+def _synced_in_background(store_path: Path, name: str, relay: SyncProgressRelay,
+                          cancel: threading.Event) -> SyncResult:
+    """On the runner's worker thread, niced (and so the PDF readers it starts): on 2 cores the GUI thread gets the
+    CPU first, and with it the GIL sooner when the worker lets go of it."""
+    lower_this_thread()
+    return sync_collection(store_path, name, on_progress=relay.report, cancelled=cancel.is_set)
 
 
 def result_line(name: str, result: SyncResult) -> str:
@@ -245,7 +254,7 @@ class KnowledgeDialog(QDialog):
         self.status.setText(f"Syncing {name}…")
         operation = self.sync_operation = run_blocking(
             f"Syncing the knowledge collection {name}",
-            lambda: sync_collection(store_path, name, on_progress=relay.report, cancelled=cancel.is_set), parent=self)
+            lambda: _synced_in_background(store_path, name, relay, cancel), parent=self)
         operation.success(lambda result: self._synced(name, result)).failure(lambda exc: self._failed(name, exc))
         self._enable()
         return operation
