@@ -69,3 +69,16 @@ def test_only_the_turns_own_citations_in_prose_become_links() -> None:
     plain = Collected()
     answer_html("Boils at 290 [1].", plain)
     assert plain.links == []
+
+
+def test_an_export_and_its_import_keep_the_sources(tmp_path) -> None:
+    """Bug caught: an exported conversation coming back without its sources (its answers' [1] then lead nowhere),
+    or an import refusing an export of a chat asked with knowledge."""
+    from app.core.chat.history_import import export_json, read_import
+
+    conversation = Conversation(title="Kettles")
+    conversation.add_turn(Turn("q?", answer="a [1]", finish_reason="stop", knowledge=KNOWLEDGE))
+    exported = tmp_path / "kettles.json"
+    exported.write_text(export_json(conversation), encoding="utf-8")
+    imported = read_import(exported).conversations[0]
+    assert imported.turns[0].knowledge == KNOWLEDGE

@@ -24,7 +24,7 @@ from pydantic_core import from_json
 
 from app.core.chat.answer_markup import dollar_maths
 from app.core.chat.chat_settings import ChatSettings
-from app.core.chat.conversation import Conversation, ThinkingEdit, ToolRound, ToolStep, Turn
+from app.core.chat.conversation import Conversation, Source, ThinkingEdit, ToolRound, ToolStep, Turn, TurnKnowledge
 from app.core.chat.images import ImagePart, image_from_url
 from app.core.safe_files import FileTooLarge, NotRegularFile, read_regular
 from app.core.settings.settings import PresetValues
@@ -139,6 +139,22 @@ class _ImageIn(_In):
     name: Text = ""
 
 
+class _SourceIn(_In):
+    collection: Text
+    path: Text  # opened only inside the collection's folders as they are on this machine (ui/knowledge/sources)
+    page: Count | None = None
+    line_start: Count | None = None
+    line_end: Count | None = None
+    text: Text = ""
+
+
+class _KnowledgeIn(_In):
+    summary: Text = ""
+    block: Text = ""
+    budget: Count = 0
+    sources: list[_SourceIn] = []
+
+
 class _TurnIn(_In):
     user: Text
     thinking: Text = ""
@@ -155,6 +171,7 @@ class _TurnIn(_In):
     ttft_s: Seconds | None = None
     tok_s: Seconds = 0.0
     images: list[_ImageIn] = []
+    knowledge: _KnowledgeIn | None = None
     parent: Annotated[int, Field(ge=0)] | None = None  # read only from "tree"; absent: the message before
 
 
@@ -169,7 +186,7 @@ class _ConversationIn(_In):
 
 
 PLACES = {"tool_rounds": "tool round", "calls": "call", "thinking_edits": "thinking edit", "images": "image",
-          "tool_calls": "tool call"}
+          "tool_calls": "tool call", "sources": "source"}
 SAID = {"string_type": "is not text", "int_type": "is not a whole number", "float_type": "is not a number",
         "bool_type": "is not true or false", "list_type": "is not a list", "model_type": "is not an object",
         "dict_type": "is not an object", "finite_number": "is not a finite number", "value_error": "is not valid text"}
@@ -250,7 +267,9 @@ def _turn(read: _TurnIn, spot: str) -> Turn:
                 thinking_edits=[ThinkingEdit(e.original, e.edited) for e in read.thinking_edits],
                 images=tuple(_image(image, f"{spot}, image {n}") for n, image in enumerate(read.images, 1)),
                 thinking_tokens=read.thinking_tokens, answer_tokens=read.answer_tokens, ttft_s=read.ttft_s,
-                answer_tok_s=read.tok_s)
+                answer_tok_s=read.tok_s, knowledge=None if (k := read.knowledge) is None else TurnKnowledge(
+                    k.summary, k.block, tuple(Source(s.collection, s.path, s.page, s.line_start, s.line_end, s.text)
+                                              for s in k.sources), k.budget))
 
 
 def _image(read: _ImageIn, spot: str) -> ImagePart:
@@ -410,7 +429,8 @@ def _turn_json(t: Turn) -> dict[str, Any]:
             "tool_rounds": [tool_round.to_json() for tool_round in t.tool_rounds],
             "thinking_edits": [edit.to_json() for edit in t.thinking_edits],
             "thinking_tokens": t.thinking_tokens, "answer_tokens": t.answer_tokens, "ttft_s": t.ttft_s,
-            "tok_s": t.answer_tok_s, "images": [{"name": i.name, "url": i.data_url} for i in t.images]}
+            "tok_s": t.answer_tok_s, "images": [{"name": i.name, "url": i.data_url} for i in t.images],
+            "knowledge": json.loads(t.knowledge.to_json()) if t.knowledge is not None else None}
 
 
 def _edits_markdown(turn: Turn) -> list[str]:
