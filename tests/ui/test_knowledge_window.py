@@ -254,3 +254,27 @@ def test_a_preset_naming_collections_gives_them_to_the_chat_that_takes_it(qtbot,
     send(qtbot, window, "Thanks, and anything on tomatoes?")
     thread = window.chat_view.transcript.toPlainText()
     assert "Sources: [1] chemistry.md" in thread, thread
+
+
+def test_an_index_from_a_newer_nalar_is_named_and_the_question_goes_without(qtbot, make_window) -> None:
+    """Bug caught: an index the window can't open (a newer Nalar's schema) raising inside the dialog, the chip's
+    menu or the send, instead of saying what is wrong and letting the question go without passages."""
+    import sqlite3
+
+    from app.core.knowledge.db import knowledge_path
+
+    engine = ScriptedEngineDouble([Script(["Without notes."])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    path = knowledge_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    window.menus.trigger("knowledge")
+    dialog = window.knowledge.dialog
+    assert "newer Nalar" in dialog.status.text() and dialog.table.rowCount() == 0, dialog.status.text()
+    assert window.knowledge.names() == []
+    window.knowledge.choose("notes", True)  # a preset or an older chat may name one
+    send(qtbot, window, "Anything on glycerol?")
+    assert "Knowledge not used" in window.knowledge.sources.label.text(), window.knowledge.sources.label.text()
+    assert engine.requests[-1][-1]["content"] == "Anything on glycerol?"

@@ -142,7 +142,12 @@ class KnowledgeDialog(QDialog):
         return KnowledgeStore(self.store_path)
 
     def collections(self) -> list[Collection]:
-        store = self._store()
+        """The index's collections; none, with the problem and its fix shown, when the index can't be opened."""
+        try:
+            store = self._store()
+        except KnowledgeUnavailable as exc:
+            self.status.setText(f"{exc.problem} {exc.fix}")
+            return []
         try:
             return store.collections()
         finally:
@@ -214,10 +219,14 @@ class KnowledgeDialog(QDialog):
         return Path(chosen) if chosen else None
 
     def _added(self, name: str, folders: list[Path]) -> Operation[SyncResult] | None:
-        store = self._store()
+        try:
+            store = self._store()
+        except KnowledgeUnavailable as exc:
+            self.status.setText(f"{name} was not added: {exc.problem} {exc.fix}")
+            return None
         try:
             store.add(name, folders)
-        except (ValueError, OSError, KnowledgeUnavailable) as exc:  # a bad name, a folder that isn't one
+        except (ValueError, OSError) as exc:  # a bad name, a folder that isn't one: the core's words say which
             self.status.setText(f"{name} was not added: {exc}")
             return None
         finally:

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QWidget
 
 from app.core.chat.chat_settings import ChatSettings, effective
 from app.core.chat.conversation import Conversation, Turn
-from app.core.knowledge.db import knowledge_path
+from app.core.knowledge.db import KnowledgeUnavailable, knowledge_path
 from app.core.knowledge.store import KnowledgeStore
 from app.core.settings.settings import changed
 from app.ui.chat.answer_view import AnswerPane
@@ -94,7 +94,11 @@ class WindowKnowledge(QObject):
         self.store_path = self.asking.store_path = store_path
 
     def _collections(self) -> list[tuple[str, tuple[Path, ...]]]:
-        store = KnowledgeStore(self.store_path)
+        """Each collection's name and folders; none when the index can't be opened (Knowledge… says why)."""
+        try:
+            store = KnowledgeStore(self.store_path)
+        except KnowledgeUnavailable:
+            return []
         try:
             return [(collection.name, collection.folders) for collection in store.collections()]
         finally:
