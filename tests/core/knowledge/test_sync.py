@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import psutil
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def passage_ids(path: Path) -> list[int]:
-    with sqlite3.connect(knowledge_path()) as db:
+    with closing(sqlite3.connect(knowledge_path())) as db:
         return [row[0] for row in db.execute("SELECT p.id FROM passages p JOIN files f ON f.id = p.file_id "
                                              "WHERE f.path = ? ORDER BY p.id", (str(path),))]
 
@@ -160,8 +161,9 @@ def test_a_sync_killed_mid_index_is_finished_by_the_next_and_nothing_is_indexed_
         if line.startswith("[50/"):
             child.send_signal(signal.SIGKILL)
             break
+    child.stderr.close()
     assert child.wait(timeout=60) == -signal.SIGKILL, "the child ended before it could be killed mid-index"
-    with sqlite3.connect(knowledge_path()) as db:
+    with closing(sqlite3.connect(knowledge_path())) as db:
         done = db.execute("SELECT count(*) FROM files").fetchone()[0]
         orphans = db.execute("SELECT count(*) FROM passages WHERE file_id NOT IN (SELECT id FROM files)").fetchone()
     assert 49 <= done < files, f"the kill was not mid-index: {done} of {files} files were indexed"
@@ -171,7 +173,7 @@ def test_a_sync_killed_mid_index_is_finished_by_the_next_and_nothing_is_indexed_
     assert (result.read, result.unchanged) == (files - done, done), result
     collection = store.collection("notes")
     assert (collection.files, collection.passages) == (files, expected)
-    with sqlite3.connect(knowledge_path()) as db:
+    with closing(sqlite3.connect(knowledge_path())) as db:
         fts = db.execute("SELECT count(*) FROM passage_search WHERE passage_search MATCH 'topic'").fetchone()[0]
     assert fts == expected, "the full-text index holds passages twice or misses some"
 
