@@ -599,7 +599,8 @@ def render_bench_knowledge(r: Results) -> str:
         return "–" if value is None else ("met" if value <= limit else "**missed**")
 
     stall, stall_row = report.get("window_stall_ms"), "the window's longest stall while indexing"
-    if stall is None and (r.folder / "bench-knowledge-window.json").is_file():  # the window's bench measures it
+    folder = getattr(r, "folder", None)  # a test's stand-in Results may have none
+    if stall is None and folder is not None and (folder / "bench-knowledge-window.json").is_file():  # its own bench
         stall, stall_row = r("bench-knowledge-window")["longest_stall_ms"], f"{stall_row} (its own run, below)"
     rows = [["first index", f"{num(report['first_index_s'], 2)} s", f"≤ {num(goal['first_index_s'])} s",
              met(report["first_index_s"], goal["first_index_s"])],
