@@ -4,6 +4,7 @@ index file in the test's data dir)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +58,28 @@ def test_each_error_names_its_cause_and_the_fix(tmp_path: Path) -> None:
     nalar("add", "notes", str(tmp_path / "docs"))
     none = nalar("search", "notes", "zyzzyva")
     assert none.returncode == 1 and "Nothing in 'notes' matches 'zyzzyva'" in none.stderr
+
+
+def test_ctrl_c_cancels_a_sync_and_the_next_one_finishes(tmp_path: Path) -> None:
+    """Catches Ctrl+C ending `nalar knowledge add` with a traceback mid-transaction instead of as a Cancel that
+    keeps what was read and says how to finish."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(1500):
+        (docs / f"note{n:04}.md").write_text(f"Note {n}.\n\n" + "Some words about kettles.\n" * 40)
+    child = subprocess.Popen([sys.executable, "-m", "app", "knowledge", "add", "notes", str(docs)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None and child.stdout is not None
+    for line in child.stderr:
+        if line.startswith("[20/"):
+            child.send_signal(signal.SIGINT)
+            break
+    rest = child.stderr.read()
+    child.stdout.close()
+    child.stderr.close()
+    assert child.wait(timeout=60) == 130, rest
+    assert "Traceback" not in rest and "`nalar knowledge sync notes` reads the rest" in rest, rest
+    synced = nalar("sync", "notes")
+    assert synced.returncode == 0 and "0 failed" in synced.stdout, synced.stderr
+    read = int(synced.stdout.split(": ", 1)[1].split(" file(s) read")[0])
+    assert 0 < read < 1500 and f"{1500 - read} unchanged" in synced.stdout, synced.stdout

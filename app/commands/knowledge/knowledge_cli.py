@@ -7,7 +7,9 @@ stdout; file text goes out as it is stored, never interpreted. Every error names
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -54,12 +56,20 @@ def _progress(progress: SyncProgress) -> None:
 
 
 def _sync(name: str) -> int:
+    """The sync, with Ctrl+C as its Cancel: the file being read is left as it was, the rest for the next sync."""
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda number, frame: interrupted.set())
     try:
-        result = sync_collection(knowledge_path(), name, on_progress=_progress)
+        result = sync_collection(knowledge_path(), name, on_progress=_progress, cancelled=interrupted.is_set)
     except KnowledgeUnavailable as refused:
         _err(f"nalar knowledge: {refused.problem}\n{refused.fix}")
         return 1
+    finally:
+        signal.signal(signal.SIGINT, previous)
     _report(name, result)
+    if result.cancelled:
+        _err(f"Cancelled: what was read is kept; `nalar knowledge sync {name}` reads the rest.")
+        return 130
     return 0 if not result.failed else 1
 
 

@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from contextlib import closing
 from pathlib import Path
 
@@ -191,3 +192,36 @@ def test_cancel_ends_a_pdf_being_read_and_its_reader(docs: Path, store: Knowledg
     readers = [child for child in psutil.Process().children(recursive=True)
                if "app.core.chat.pdf_text" in " ".join(child.cmdline())]
     assert readers == [], f"the PDF's reader is still running: {readers}"
+
+
+def test_two_syncs_at_once_and_searches_meanwhile_index_each_file_once(docs: Path, store: KnowledgeStore) -> None:
+    """Catches "database is locked" for a search while the window indexes (the GUI thread's search must read
+    during the worker's writes), and a file indexed twice when `nalar knowledge sync` runs beside the window's."""
+    for n in range(300):
+        (docs / f"note{n:03}.md").write_text(f"Note {n}.\n\n" + f"Topic {n} words and more words.\n" * 60)
+    store.add("notes", [docs])
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            sync_collection(knowledge_path(), "notes")
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    searches = 0
+    while any(worker.is_alive() for worker in workers):
+        store.search("notes", "topic words")
+        searches += 1
+    for worker in workers:
+        worker.join()
+    assert not errors, errors
+    expected = 300 * len(pieces((docs / "note000.md").read_text()))
+    collection = store.collection("notes")
+    assert (collection.files, collection.passages) == (300, expected)
+    with closing(sqlite3.connect(knowledge_path())) as db:
+        assert db.execute("SELECT count(*) FROM passage_search WHERE passage_search MATCH 'topic'").fetchone() == (
+            expected,)
+    assert searches > 0
