@@ -68,6 +68,7 @@ class WelcomeDialog(QDialog):
     download_finished = Signal(object)  # Path of the finished model folder
     download_failed = Signal(str)
     download_cancelled = Signal()
+    more_models = Signal()  # "More models…": the window hands over to the model browser (hub search, library)
 
     def __init__(self, probe: HardwareProbe, parent: QWidget | None = None, *,
                  check_hub: bool = True) -> None:
@@ -115,6 +116,9 @@ class WelcomeDialog(QDialog):
         buttons = QHBoxLayout()
         self.local_button = QPushButton("Local folder…")
         self.local_button.clicked.connect(lambda: self.choose_local_folder())
+        self.more_button = QPushButton("More models…")
+        self.more_button.setToolTip("Search the Hugging Face hub with this machine's verdict for each model")
+        self.more_button.clicked.connect(self.more_models.emit)
         self.cancel_button = QPushButton("Cancel download")
         self.cancel_button.clicked.connect(self.cancel_download)
         self.cancel_button.hide()
@@ -125,6 +129,7 @@ class WelcomeDialog(QDialog):
         self.use_button.setDefault(True)
         self.use_button.clicked.connect(self.use_selected)
         buttons.addWidget(self.local_button)
+        buttons.addWidget(self.more_button)
         buttons.addStretch(1)
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.close_button)
