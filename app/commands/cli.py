@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
                        choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "history",
-                                "compare", "hostile", "all"],
+                                "compare", "hostile", "models", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
                             "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; spec: "
@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "acceptance, where greedy text parts; --kv-dtypes' first dtype); compare: a Compare's "
                             "three variants at once vs one after another (--tokens: budget and answer, default 64); "
                             "hostile: each hostile input given to the window (stall, time to the answer, what is left "
-                            "running; --only NAME…); engine|ui|startup|trim|all: developer benchmarks")
+                            "running; --only NAME…); models: the model browser's search to verdicts on screen, cold "
+                            "and cached, against a fake hub; engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
     bench.add_argument("--json", action="store_true", help="print results as JSON")
@@ -213,6 +214,10 @@ def run_command(args: argparse.Namespace) -> int:
         from app.commands.hostile.hostile_bench import run_hostile_bench
 
         return run_hostile_bench(args.only, as_json=args.json)
+    if args.command == "bench" and args.what == "models":
+        from app.commands.window_bench.models_bench import run_models_bench
+
+        return run_models_bench(as_json=args.json)
     if args.command == "bench":
         from app.commands.bench import run_bench
 
