@@ -105,7 +105,7 @@ class ModelsHub(QObject):
         self.feed = DownloadsFeed(self)
         self.cache = VerdictCache()
         self.machine: Machine | None = None
-        self.library = ModelLibrary(self.folder / LIBRARY_FILE)
+        self._library: ModelLibrary | None = None
         self._queue: DownloadQueue | None = None
         self.closed = False
 
@@ -116,6 +116,12 @@ class ModelsHub(QObject):
             self.folder.mkdir(parents=True, exist_ok=True)
             self._queue = DownloadQueue(self.folder / QUEUE_FILE, on_change=self.feed.post)
         return self._queue
+
+    @property
+    def library(self) -> ModelLibrary:
+        if self._library is None:
+            self._library = ModelLibrary(self.folder / LIBRARY_FILE)
+        return self._library
 
     @property
     def queue_open(self) -> bool:
@@ -145,7 +151,7 @@ class ModelsHub(QObject):
 
     def entries(self) -> Operation[list[LibraryEntry]]:
         """The library read off the GUI thread (it walks folders and the hub cache)."""
-        return run_blocking("Reading the model library", self.library.entries, parent=self)
+        return run_blocking("Reading the model library", lambda: self.library.entries(), parent=self)
 
     def close(self) -> None:
         """The window closes: the queue's workers stop (unfinished items resume next start)."""
