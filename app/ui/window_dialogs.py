@@ -157,9 +157,12 @@ class WindowDialogs(QObject):
         return dialog
 
     def close_all(self) -> None:
-        """The window closes: the Measure dialog (it ends its jobs' process groups) and the download queue."""
+        """The window closes: the Measure dialog (it ends its jobs' process groups), a model browser (its search's
+        threads) and the download queue."""
         if self.measure_dialog is not None:
             self.measure_dialog.close()
+        for browser in self.window.findChildren(ModelBrowser):
+            browser.reject()
         if self.models is not None:
             self.models.close()
 

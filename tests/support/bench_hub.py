@@ -12,6 +12,7 @@ tests/ and the hub's threads don't share the window's GIL (a real hub is on anot
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -52,13 +53,21 @@ def planned_repo(repo_id: str, folder: Path, shape: tuple[str, str, int, int], d
     return repo
 
 
+def small_repo(repo_id: str, folder: Path, seed: int, size: int = 3 << 20, **meta: object) -> HubRepo:
+    """A repo that really downloads: a Qwen3 config.json, a tokenizer and ``size`` bytes of 'weights'."""
+    weights = (bytes([seed]) * 4096 + os.urandom(64)) * (size // 4160)
+    files = {"config.json": json.dumps(config("Qwen3-0.6B.json")).encode(), "tokenizer.json": TOKENIZER,
+             "model.safetensors": weights}
+    return HubRepo.from_files(repo_id, folder, files, **meta)
+
+
 def qwen3_repos(folder: Path, count: int) -> list[HubRepo]:
-    """``count`` repos whose names hold "qwen3", most downloaded first by index, every fifth with an FP8 copy."""
+    """``count`` repos whose names hold "qwen3", most downloaded first; the 8B ones have an FP8 copy too."""
     repos = []
     for i in range(count):
         shape = SHAPES[i % len(SHAPES)]
         repo_id = f"bench{i:02d}/Qwen3-{shape[1]}-v{i}"
-        repos.append(planned_repo(repo_id, folder / f"r{i}", shape, downloads=1_000_000 - i * 1000, fp8=i % 5 == 0))
+        repos.append(planned_repo(repo_id, folder / f"r{i}", shape, downloads=1_000_000 - i * 1000, fp8=i % 5 == 2))
     return repos
 
 

@@ -62,7 +62,7 @@ class ModelBrowser(QDialog):
         self.library.use_requested.connect(self.use_entry)
         hub.feed.item_changed.connect(self._download_changed)
         self.tabs.currentChanged.connect(lambda index: self.library.reload() if index == 2 else None)
-        hub.read_machine(self._machine_known)
+        hub.read_machine(self._machine_known, self)
 
     def _machine_known(self, machine: Machine) -> None:
         self.search.budget = machine.budget
@@ -79,7 +79,7 @@ class ModelBrowser(QDialog):
 
     def queue_download(self, repo_id: str, file_set: str) -> None:
         self.downloads.show_problem("")
-        self.hub.add(repo_id, file_set or None).success(self.downloads.update_item).failure(
+        self.hub.add(repo_id, file_set or None, self).success(self.downloads.update_item).failure(
             lambda exc: self.downloads.show_problem(f"{repo_id} was not queued: {exc}"))
         self.tabs.setCurrentWidget(self.downloads)
 

@@ -87,7 +87,7 @@ class LibraryTab(QWidget):
         """The library read again off the GUI thread, then the verdicts of its hub models."""
         self.loading = True
         self.status_label.setText("Reading the library…")
-        self.hub.entries().success(self._show_entries).failure(self._failed)
+        self.hub.entries(self).success(self._show_entries).failure(self._failed)
 
     def _failed(self, exc: Exception) -> None:
         self.loading = False

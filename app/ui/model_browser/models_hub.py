@@ -132,8 +132,8 @@ class ModelsHub(QObject):
         if (self.folder / QUEUE_FILE).exists() and not self.closed:
             _ = self.queue
 
-    def read_machine(self, done: Callable[[Machine], object]) -> Operation[Machine] | None:
-        """``done`` with this machine, read off the GUI thread the first time."""
+    def read_machine(self, done: Callable[[Machine], object], owner: QObject) -> Operation[Machine] | None:
+        """``done`` with this machine, read off the GUI thread the first time; dropped if ``owner`` is gone."""
         if self.machine is not None:
             done(self.machine)
             return None
@@ -142,16 +142,17 @@ class ModelsHub(QObject):
             self.machine = machine
             done(machine)
 
-        return run_blocking("Reading this machine's memory", read_machine, parent=self).success(keep)
+        return run_blocking("Reading this machine's memory", read_machine, parent=owner).success(keep)
 
-    def add(self, repo_id: str, file_set: str | None) -> Operation[QueueItem]:
-        """Queued off the GUI thread: ``add`` reads the hub's file listing and checks the free disk."""
+    def add(self, repo_id: str, file_set: str | None, owner: QObject) -> Operation[QueueItem]:
+        """Queued off the GUI thread: ``add`` reads the hub's file listing and checks the free disk. The outcome
+        is dropped if ``owner`` (the browser) is gone by then; the queue has the item anyway."""
         queue = self.queue
-        return run_blocking(f"Queueing {repo_id}", lambda: queue.add(repo_id, file_set), parent=self)
+        return run_blocking(f"Queueing {repo_id}", lambda: queue.add(repo_id, file_set), parent=owner)
 
-    def entries(self) -> Operation[list[LibraryEntry]]:
+    def entries(self, owner: QObject) -> Operation[list[LibraryEntry]]:
         """The library read off the GUI thread (it walks folders and the hub cache)."""
-        return run_blocking("Reading the model library", lambda: self.library.entries(), parent=self)
+        return run_blocking("Reading the model library", lambda: self.library.entries(), parent=owner)
 
     def close(self) -> None:
         """The window closes: the queue's workers stop (unfinished items resume next start)."""
