@@ -48,10 +48,14 @@ def verdict_line(verdict: FitVerdict) -> str:
     if not file_set.loadable:
         why = f": {file_set.note}" if file_set.note else ""
         return f"{file_set.label}: {file_set.weight_bytes / GIB:.1f} GiB · vLLM can't load it here{why}"
-    floor = f"≥ {verdict.ms_per_token_floor:.1f} ms/token" if verdict.ms_per_token_floor else "ms/token unknown"
     note = f" ({file_set.note})" if file_set.note else ""
+    if verdict.fits == "no":  # no context and no speed to give: what it needs against what this machine has
+        return f"{file_set.label}: {file_set.weight_bytes / GIB:.1f} GiB weights · {verdict.text()}{note}"
+    floor = verdict.ms_per_token_floor
+    floor_text = "ms/token unknown" if not floor else f"≥ {floor:,.0f} ms/token" if floor >= 100 else \
+        f"≥ {floor:.1f} ms/token"
     return (f"{file_set.label}: {file_set.weight_bytes / GIB:.1f} GiB weights · context {verdict.max_context_fp8:,} "
-            f"at fp8 KV, {verdict.max_context_bf16:,} at bf16 · {floor} · {verdict.text()}{note}")
+            f"at fp8 KV, {verdict.max_context_bf16:,} at bf16 · {floor_text} · {verdict.text()}{note}")
 
 
 def row_text(row: ResultRow) -> str:
