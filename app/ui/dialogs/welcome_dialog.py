@@ -116,9 +116,6 @@ class WelcomeDialog(QDialog):
         buttons = QHBoxLayout()
         self.local_button = QPushButton("Local folder…")
         self.local_button.clicked.connect(lambda: self.choose_local_folder())
-        self.more_button = QPushButton("More models…")
-        self.more_button.setToolTip("Search the Hugging Face hub with this machine's verdict for each model")
-        self.more_button.clicked.connect(self.more_models.emit)
         self.cancel_button = QPushButton("Cancel download")
         self.cancel_button.clicked.connect(self.cancel_download)
         self.cancel_button.hide()
@@ -129,7 +126,7 @@ class WelcomeDialog(QDialog):
         self.use_button.setDefault(True)
         self.use_button.clicked.connect(self.use_selected)
         buttons.addWidget(self.local_button)
-        buttons.addWidget(self.more_button)
+        self.more_button = _more_button(self, buttons)
         buttons.addStretch(1)
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.close_button)
@@ -327,6 +324,15 @@ def _add_catalog_items(dialog: WelcomeDialog, recs: list[Any], pick: Any, embedd
             current = item
     dialog.model_list.addItem(embedded)
     dialog.model_list.setCurrentItem(current)
+
+
+def _more_button(dialog: WelcomeDialog, buttons: QHBoxLayout) -> QPushButton:
+    """*More models…*: the dialog hands over to the model browser, which the window opens."""
+    button = QPushButton("More models…")
+    button.setToolTip("Search the Hugging Face hub, with this machine's verdict for each model")
+    button.clicked.connect(dialog.more_models.emit)
+    buttons.addWidget(button)
+    return button
 
 
 def _show_offline(dialog: WelcomeDialog, reason: str | None) -> None:
