@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from huggingface_hub import constants
 
 from app.core.hub.verdicts import MachineBudget
 from app.core.models.planner import GIB
@@ -69,6 +70,9 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalHub]:
         small_repo("acme/small-b", root / "b", 2, downloads=4),
         small_repo("acme/gated-model", root / "gated", 3, gated="manual", downloads=3),
     ]
+    # huggingface_hub reads a body in 10 MiB chunks and reports (and lets us cancel) per chunk: these
+    # 3 MiB files would arrive in one. 64 KiB chunks give a progress and a cancel point mid-file.
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 64 * 1024)
     with LocalHub(repos) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
         yield server
