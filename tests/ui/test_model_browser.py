@@ -75,6 +75,14 @@ def test_typing_qwen3_shows_each_result_with_a_verdict_per_file_set(qtbot, make_
     assert fp8.endswith("· fits") and "at fp8 KV" in fp8 and "ms/token" in fp8
     assert "doesn't fit" in rows["bench04/Qwen3-32B-v4"]
     assert "10 results for “qwen3”" in browser.discover.status_label.text()
+    browser.discover.search_box.setText("qwen3 again")
+    browser.discover.search_box.returnPressed.emit()  # a search under way when the window closes
+    window.close()
+    assert not threads_named("nalar-verdict", "nalar-op: Searching"), "the search's threads outlived the window"
+
+
+def threads_named(*prefixes: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.is_alive() and t.name.startswith(prefixes)]
 
 
 def test_a_query_typed_past_never_shows_its_results(qtbot, make_window, hub: LocalHub) -> None:
@@ -130,7 +138,9 @@ def select(view, key: str) -> None:
 
 
 def item_state(browser: ModelBrowser, repo_id: str) -> str | None:
-    return next((item.state for item in browser.downloads.items.values() if item.repo_id == repo_id), None)
+    """The state of the repo's latest item in the Downloads tab."""
+    states = [item.state for item in browser.downloads.items.values() if item.repo_id == repo_id]
+    return states[-1] if states else None
 
 
 def test_two_downloads_one_cancelled_the_other_resumed_after_a_restart_then_both_in_the_library(
@@ -153,6 +163,7 @@ def test_two_downloads_one_cancelled_the_other_resumed_after_a_restart_then_both
     models = window.dialogs.models
     window.close()  # Nalar closes mid-download
     assert models is not None and not models.queue_open, "the window's queue closed with it"
+    assert not threads_named("download-"), "a download thread outlived its window"
 
     hub.throttle_bytes_per_s = None
     again = make_window()  # Nalar starts again: the unfinished download resumes by itself
@@ -160,7 +171,9 @@ def test_two_downloads_one_cancelled_the_other_resumed_after_a_restart_then_both
     browser = open_browser(again)
     qtbot.waitUntil(lambda: item_state(browser, "acme/small-b") == "done", timeout=30_000)
     assert item_state(browser, "acme/small-a") in (None, "cancelled"), "a cancelled download must not resume"
-    browser.queue_download("acme/small-a", "")
+    browser.queue_download("acme/small-a", "")  # asked for again: a new item
+    qtbot.waitUntil(lambda: len([i for i in browser.downloads.items.values() if i.repo_id == "acme/small-a"]) == 2,
+                    timeout=10_000)
     qtbot.waitUntil(lambda: item_state(browser, "acme/small-a") == "done", timeout=30_000)
 
     browser.tabs.setCurrentWidget(browser.library)
@@ -174,10 +187,14 @@ def test_two_downloads_one_cancelled_the_other_resumed_after_a_restart_then_both
     library.confirm = lambda title, text: asked.append(text) or True
     entry = entries["acme/small-b"]
     select(library.list, str(entry.path))
-    freed = library.delete_selected()
-    assert freed == entry.size_bytes and f"({entry.size_bytes:,} bytes)" in asked[0]
-    assert not entry.path.exists()
+    freed: list[int] = []
+    deleting = library.delete_selected()
+    assert deleting is not None and f"({entry.size_bytes:,} bytes)" in asked[0], asked
+    deleting.success(freed.append)
+    qtbot.waitUntil(lambda: deleting.settled, timeout=10_000)
+    assert freed == [entry.size_bytes] and not entry.path.exists()
     qtbot.waitUntil(lambda: "acme/small-b" not in {e.model_id for e in library.entries}, timeout=10_000)
+    assert "Deleted acme/small-b: 3.1 MB freed." in library.status_label.text()
 
 
 def test_use_in_the_library_sets_the_model_and_marks_it_used(qtbot, make_window, hub: LocalHub, tmp_path) -> None:

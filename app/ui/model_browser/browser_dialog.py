@@ -96,9 +96,12 @@ class ModelBrowser(QDialog):
                 return best_verdict(list(row.verdicts))
         return self.library.verdicts.get(repo_id)
 
-    def use_download(self, repo_id: str) -> None:
-        entry = next((e for e in self.library.entries if e.model_id == repo_id and e.source == "nalar"), None)
-        self.choose(repo_id, entry.path if entry else download_dir(repo_id), self._verdict_of(repo_id))
+    def use_download(self, item: QueueItem) -> None:
+        """A finished download: its folder (a file set's own), the verdict of that set where the browser has it."""
+        verdict = next((v for row in [*self.search.state.rows, *self.discover.catalog] if row.model.repo_id ==
+                        item.repo_id for v in row.verdicts or () if v.file_set.label == item.file_set), None)
+        path = Path(item.target) if item.target else download_dir(item.repo_id)
+        self.choose(item.repo_id, path, verdict or self._verdict_of(item.repo_id))
 
     def use_entry(self, entry: LibraryEntry, verdict: FitVerdict | None) -> None:
         self.choose(entry.model_id, entry.path, verdict or self._verdict_of(entry.model_id))

@@ -14,9 +14,9 @@ from app.ui.model_browser.texts import queue_line
 
 
 class DownloadsTab(QWidget):
-    """``use_requested(repo_id)``: Use on a finished download."""
+    """``use_requested(item)``: Use on a finished download (QueueItem)."""
 
-    use_requested = Signal(str)
+    use_requested = Signal(object)
 
     def __init__(self, hub: ModelsHub, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -89,4 +89,4 @@ class DownloadsTab(QWidget):
     def _use(self) -> None:
         item = self.selected()
         if item is not None and item.state == "done":
-            self.use_requested.emit(item.repo_id)
+            self.use_requested.emit(item)

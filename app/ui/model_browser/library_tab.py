@@ -16,7 +16,7 @@ from app.core.hub.verdicts import FitVerdict, MachineBudget, VerdictCache, verdi
 from app.core.models.hub_download import format_bytes
 from app.core.models.model_folder import looks_local
 from app.ui.chat.plain_text import plain_label
-from app.ui.controllers.operations import run_blocking
+from app.ui.controllers.operations import Operation, run_blocking
 from app.ui.model_browser.models_hub import ModelsHub
 from app.ui.model_browser.text_list import TextListView, TextRow
 from app.ui.model_browser.texts import delete_question, library_line
@@ -81,6 +81,7 @@ class LibraryTab(QWidget):
         layout.addWidget(self.list, 1)
         layout.addLayout(buttons)
         self.loading = False
+        self.notice = ""  # what the last action did, said once above the list
         self._enable()
 
     def reload(self) -> None:
@@ -97,8 +98,9 @@ class LibraryTab(QWidget):
         self.entries = entries
         self.loading = False
         total = sum(entry.size_bytes for entry in entries)
-        self.status_label.setText(f"{len(entries)} model(s), {format_bytes(total)} on disk: Nalar's downloads, the "
-                                  "Hugging Face cache and the folders you added.")
+        self.status_label.setText(f"{self.notice}{len(entries)} model(s), {format_bytes(total)} on disk: Nalar's "
+                                  "downloads, the Hugging Face cache and the folders you added.")
+        self.notice = ""
         self.refresh()
         ids = [e.model_id for e in entries if not looks_local(e.model_id) and e.model_id not in self.verdicts]
         machine, cache = self.hub.machine, self.hub.cache
@@ -139,27 +141,36 @@ class LibraryTab(QWidget):
         if entry is not None:
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(entry.path)))
 
-    def delete_selected(self) -> int | None:
-        """Asks first, naming the bytes freed; a folder of your own is only forgotten (its files stay). The bytes
-        freed, or None when nothing was done."""
+    def delete_selected(self) -> Operation[int] | None:
+        """Asks first, naming the bytes freed; a folder of your own is only forgotten (its files stay). Deleting
+        gigabytes takes a while: it runs off the GUI thread. None when the user said no (or nothing is selected)."""
         entry = self.selected()
         if entry is None:
             return None
+        library = self.hub.library
         if entry.source == "folder":
             if not self.confirm("Forget folder", f"Forget {entry.path}?\n\nIts files stay where they are."):
                 return None
-            self.hub.library.remove_folder(entry.path)
-            freed = 0
+
+            def work() -> int:
+                library.remove_folder(entry.path)
+                return 0
         else:
             if not self.confirm("Delete model", delete_question(entry)):
                 return None
-            try:
-                freed = self.hub.library.delete(entry)
-            except (OSError, ValueError) as exc:
-                self.status_label.setText(f"{entry.model_id} was not deleted: {exc}")
-                return None
+
+            def work() -> int:
+                return library.delete(entry)
+        self.delete_button.setEnabled(False)
+        self.status_label.setText(f"Deleting {entry.model_id}…" if entry.source != "folder" else "")
+        return run_blocking(f"Deleting {entry.model_id}", work, parent=self).success(
+            lambda freed: self._deleted(entry, freed)).failure(
+            lambda exc: self.status_label.setText(f"{entry.model_id} was not deleted: {exc}"))
+
+    def _deleted(self, entry: LibraryEntry, freed: int) -> None:
+        if entry.source != "folder":
+            self.notice = f"Deleted {entry.model_id}: {format_bytes(freed)} freed. "
         self.reload()
-        return freed
 
     def add_folder(self, folder: str | Path | None = None) -> bool:
         """``folder`` skips the picker (tests). A folder Nalar can't load is still listed, with why."""

@@ -75,7 +75,9 @@ def queue_line(item: QueueItem) -> str:
     if item.state == "running":
         line += f" · {format_bytes(item.bytes_per_s)}/s · {format_eta(item.eta_s)}"
         if item.current_file:
-            line += f"\n   {item.current_file}"
+            of = f" ({format_bytes(item.file_done_bytes)} of {format_bytes(item.file_total_bytes)})" \
+                if item.file_total_bytes else ""
+            line += f"\n   {item.current_file}{of}"
     if item.error:
         line += f"\n   {item.error}"
     return line
