@@ -37,6 +37,11 @@ class LibraryEntry:
     problem: str | None  # model_folder.folder_problem's text when incomplete or broken
 
 
+def default_state_file() -> Path:
+    """The user's added folders and each model's last use."""
+    return paths.data_dir() / "model-library.json"
+
+
 def hub_cache_dir() -> Path:
     """HF_HUB_CACHE, else HF_HOME/hub, read now (huggingface_hub froze both into its constants at import)."""
     from huggingface_hub import constants

@@ -58,6 +58,11 @@ class QueueItem:
     target: str = ""  # the download folder
 
 
+def default_state_file() -> Path:
+    """Where the window's and the terminal's queue keep their items: one queue per user."""
+    return paths.data_dir() / "download-queue.json"
+
+
 def free_disk_bytes(folder: Path) -> int:
     """Free bytes on the disk that holds ``folder`` (its nearest existing parent)."""
     while not folder.exists() and folder != folder.parent:

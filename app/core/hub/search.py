@@ -62,6 +62,7 @@ class HubModel:
     license: str | None
     gated: bool
     think: str  # the family's Think behaviour: "hybrid · Qwen3", "always · DeepSeek-R1 distill", "plain · …"
+    commit: str = ""  # the listing's sha: verdicts_for(commit=…) answers from its cache without a request
 
 
 def search_models(query: str, *, sort: SortKey = "downloads", limit: int = 50, only_reasoning: bool = False,
@@ -140,7 +141,7 @@ def hub_model(info: Any) -> HubModel:
         quantizations=quantization_labels(info.tags or (), config,
                                           tuple(safetensors.parameters) if safetensors is not None else ()),
         license=str(license_) if license_ else None, gated=bool(info.gated),
-        think=f"{family.thinking} · {family.name}")
+        think=f"{family.thinking} · {family.name}", commit=str(info.sha or ""))
 
 
 def quantization_labels(tags: Any, config: dict[str, Any], dtypes: tuple[str, ...] = ()) -> tuple[str, ...]:
