@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QFileDialog, QMainWindow
 
 from app.core.chat.history_import import Imported, ImportProblem, export_json, export_markdown
 from app.core.chat.history_search import HistorySearch, SearchHit
+from app.core.hub.queue import default_state_file as queue_state_file
 from app.core.safe_files import safe_file_name
 from app.core.settings import paths
 from app.core.settings.settings import changed
@@ -32,7 +33,7 @@ from app.ui.dialogs.settings_dialog import SettingsDialog
 from app.ui.dialogs.shortcuts_dialog import ShortcutsDialog
 from app.ui.dialogs.welcome_dialog import WelcomeDialog
 from app.ui.model_browser.browser_dialog import ModelBrowser
-from app.ui.model_browser.models_hub import QUEUE_FILE, ModelsHub
+from app.ui.model_browser.models_hub import ModelsHub
 
 
 class WindowDialogs(QObject):
@@ -48,7 +49,7 @@ class WindowDialogs(QObject):
         self.banner, self.open_hit, self.show_notice = banner, open_hit, show_notice
         self.measure_dialog: MeasureDialog | None = None
         self.models: ModelsHub | None = None  # the download queue and the library, made when first needed
-        if (paths.data_dir() / QUEUE_FILE).exists():  # downloads an earlier session left: they resume now
+        if queue_state_file().exists():  # downloads an earlier session left: they resume now
             QTimer.singleShot(0, lambda: self.models_hub().resume_unfinished())
         # A slot of the status bar, not a lambda: emitted on the import's worker thread, it is queued to the GUI's.
         session.store.import_progress.connect(window.statusBar().showMessage)

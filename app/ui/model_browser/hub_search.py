@@ -149,7 +149,7 @@ class HubSearch(QObject):
                 if not self.state.is_current(generation):
                     break  # typed past: the rest of the listing is never fetched
                 self._inbox.append(_Result(generation, model))
-                pool.submit(self._verdicts, generation, model.repo_id, budget)
+                pool.submit(self._verdicts, generation, model, budget)
         except (HubOffline, HubGated) as exc:
             problem = str(exc)
         except Exception as exc:  # a bug or a hub answer we don't know: said, and logged
@@ -160,11 +160,13 @@ class HubSearch(QObject):
             pool.shutdown(wait=True)  # a verdict of a dropped query returns at once (is_current)
             self._inbox.append(_Ended(generation))
 
-    def _verdicts(self, generation: int, repo_id: str, budget: MachineBudget) -> None:
+    def _verdicts(self, generation: int, model: HubModel, budget: MachineBudget) -> None:
         if not self.state.is_current(generation):
             return
-        try:
-            found = tuple(verdicts_for(repo_id, budget, cache=self.cache, endpoint=self.endpoint))
+        repo_id = model.repo_id
+        try:  # the listing's commit: a repo seen at that commit is answered from the cache, with no request
+            found = tuple(verdicts_for(repo_id, budget, cache=self.cache, endpoint=self.endpoint,
+                                       commit=model.commit or None))
         except (HubOffline, HubGated) as exc:
             self._inbox.append(_Verdicts(generation, repo_id, None, str(exc)))
         except Exception as exc:

@@ -16,17 +16,16 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
+from app.core.hub import library as library_files
+from app.core.hub import queue as queue_files
 from app.core.hub.library import LibraryEntry, ModelLibrary
 from app.core.hub.queue import DownloadQueue, QueueItem
 from app.core.hub.verdicts import FitVerdict, MachineBudget, VerdictCache, this_machine
 from app.core.models.model_catalog import DEFAULT_CONTEXT_CAP
-from app.core.settings import paths
 from app.ui.controllers.operations import Operation, run_blocking
 
 log = logging.getLogger(__name__)
 FEED_HZ = 10
-QUEUE_FILE = "download-queue.json"
-LIBRARY_FILE = "model-library.json"
 
 
 class DownloadsFeed(QObject):
@@ -99,9 +98,12 @@ class ModelsHub(QObject):
 
     library_changed = Signal()
 
-    def __init__(self, parent: QObject | None = None, folder: Path | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *, queue_file: Path | None = None,
+                 library_file: Path | None = None) -> None:
         super().__init__(parent)
-        self.folder = folder or paths.data_dir()
+        # The terminal's `nalar models` and `nalar download` share these files: one queue and one library per user.
+        self.queue_file = queue_file or queue_files.default_state_file()
+        self.library_file = library_file or library_files.default_state_file()
         self.feed = DownloadsFeed(self)
         self.cache = VerdictCache()
         self.machine: Machine | None = None
@@ -113,14 +115,13 @@ class ModelsHub(QObject):
     def queue(self) -> DownloadQueue:
         if self._queue is None:
             assert not self.closed, "the window closed its download queue"
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._queue = DownloadQueue(self.folder / QUEUE_FILE, on_change=self.feed.post)
+            self._queue = DownloadQueue(self.queue_file, on_change=self.feed.post)
         return self._queue
 
     @property
     def library(self) -> ModelLibrary:
         if self._library is None:
-            self._library = ModelLibrary(self.folder / LIBRARY_FILE)
+            self._library = ModelLibrary(self.library_file)
         return self._library
 
     @property
@@ -129,7 +130,7 @@ class ModelsHub(QObject):
 
     def resume_unfinished(self) -> None:
         """At the window's start: a queue an earlier session left (its state file) starts again and resumes."""
-        if (self.folder / QUEUE_FILE).exists() and not self.closed:
+        if self.queue_file.exists() and not self.closed:
             _ = self.queue
 
     def read_machine(self, done: Callable[[Machine], object], owner: QObject) -> Operation[Machine] | None:
