@@ -133,6 +133,28 @@ def test_the_hub_offline_shows_the_catalog_and_says_why(qtbot, make_window, monk
     assert set(shown(browser)) == catalog and catalog
 
 
+def test_what_the_hub_says_is_shown_as_plain_text(qtbot, make_window, tmp_path, monkeypatch) -> None:
+    """Bug caught: a licence or an error from a hub mirror shown as Qt rich text (an image that grows the dialog
+    to 4000 px, a link that can be clicked), through a label left at Qt's AutoText."""
+    from PySide6.QtWidgets import QLabel
+
+    hostile = '<img width=4000 height=4000 src="x.png"> <a href="file:///etc/passwd">click</a>'
+    repo = small_repo("acme/hostile-licence", tmp_path / "h", 3, license=hostile)
+    with LocalHub([repo]) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        window = make_window()
+        browser = open_browser(window)
+        qtbot.keyClicks(browser.discover.search_box, "hostile")
+        qtbot.waitUntil(lambda: all_verdicts_in(browser, 1), timeout=30_000)
+        assert f"licence {hostile}" in shown(browser)["acme/hostile-licence"]
+        labels = browser.findChildren(QLabel)
+        assert labels and all(label.textFormat() == Qt.TextFormat.PlainText for label in labels
+                              if label.text() and not label.parent().inherits("QTabBar")), \
+            [label.text() for label in labels if label.textFormat() != Qt.TextFormat.PlainText]
+        assert browser.sizeHint().width() < 2000
+        browser.reject()
+
+
 def select(view, key: str) -> None:
     assert view.select_key(key), f"{key} is not in the list: {view.rows.keys()}"
 
