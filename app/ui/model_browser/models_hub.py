@@ -22,6 +22,7 @@ from app.core.hub.library import LibraryEntry, ModelLibrary
 from app.core.hub.queue import DownloadQueue, QueueItem
 from app.core.hub.verdicts import FitVerdict, MachineBudget, VerdictCache, this_machine
 from app.core.models.model_catalog import DEFAULT_CONTEXT_CAP
+from app.core.settings.settings import is_fp8
 from app.ui.controllers.operations import Operation, run_blocking
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ def engine_update(path: Path, verdict: FitVerdict | None, kv_cache_dtype: str) -
     and the context its verdict found room for (capped as the catalog caps it); unknown: the context stays."""
     update: dict[str, Any] = {"model": str(path), "kv_cache_dtype": kv_cache_dtype}
     if verdict is not None:
-        context = verdict.max_context_fp8 if kv_cache_dtype.startswith("fp8") else verdict.max_context_bf16
+        context = verdict.max_context_fp8 if is_fp8(kv_cache_dtype) else verdict.max_context_bf16
         if context >= 256:
             update["max_model_len"] = min(context, DEFAULT_CONTEXT_CAP)
     return update
