@@ -643,6 +643,10 @@ def render_bench_models(r: Results) -> str:
                  "goals"], rows, "lrrrrrl")
     out += (f"\n{report['results']} results for “{report['query']}”, verdicts for this machine ({report['budget']}); "
             f"stall goal ≤ {num(goals['stall_ms'])} ms.\n")
+    notes = [f"- {run['name']}: the GUI thread was held in `{run['stalled_in']}`" for run in report["rounds"]
+             if run.get("stalled_in") and run["longest_stall_ms"] > goals["stall_ms"]]
+    if notes:
+        out += "\n" + "\n".join(notes) + "\n"
     before, after = report["load_average_1min"]
     note = f"1-minute load average {num(before)} before the run, {num(after)} after; the machine was shared"
     return out + "\n" + measured({**report, "note": note})

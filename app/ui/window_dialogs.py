@@ -164,6 +164,7 @@ class WindowDialogs(QObject):
             self.measure_dialog.close()
         for browser in self.window.findChildren(ModelBrowser):
             browser.reject()
+            browser.search.wait()
         if self.models is not None:
             self.models.close()
 

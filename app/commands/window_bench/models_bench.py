@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from app.commands.hostile.measure import StallWitness
 from app.commands.jobs import machine_description, report_stem, save_json, sibling
 from app.commands.window_bench.harness import (
     StallMeter,
@@ -50,6 +51,7 @@ class Round:
     longest_stall_ms: float
     results: int
     with_verdicts: int
+    stalled_in: str | None = None  # where the GUI thread was during the longest stall past the goal
 
 
 @contextlib.contextmanager
@@ -112,6 +114,8 @@ def search_round(loop: Any, browser: Any, name: str) -> Round:
     gc.collect()
     meter = StallMeter()
     meter.start()
+    witness = StallWitness(meter, GOALS["stall_ms"] / 1000)
+    witness.start()
     started = time.perf_counter()
     discover.search_box.setText(QUERY)
     discover.search_box.returnPressed.emit()
@@ -126,9 +130,10 @@ def search_round(loop: Any, browser: Any, name: str) -> Round:
     wait(loop, done, 120)
     seconds = time.perf_counter() - started
     stall = meter.stop()
+    stalled_in = witness.stop()
     count, with_verdicts = shown(browser)
     return Round(name, round(seconds, 3), round(first[0] if first else seconds, 3), round(stall * 1000, 1), count,
-                 with_verdicts)
+                 with_verdicts, stalled_in)
 
 
 def bench_models() -> dict[str, Any]:
@@ -164,6 +169,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"{r['name']:8} {r['seconds']:>14.2f} s {r['first_result_s']:>8.2f} s "
                      f"{r['longest_stall_ms']:>11.1f} ms {r['with_verdicts']:>5} ≤ {goal:g} s, stall ≤ "
                      f"{goals['stall_ms']:g} ms: {met}")
+        if r.get("stalled_in"):
+            lines.append(f"  {r['name']}: the longest stall past the goal was in {r['stalled_in']}")
     return "\n".join(lines)
 
 

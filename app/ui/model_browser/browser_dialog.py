@@ -114,6 +114,6 @@ class ModelBrowser(QDialog):
         self.accept()
 
     def done(self, result: int) -> None:
-        """The search's threads end with the dialog; the queue's run on (the window closes them)."""
+        """The search is dropped with the dialog (the window waits for its threads); the queue's run on."""
         self.search.close()
         super().done(result)

@@ -123,14 +123,18 @@ class HubSearch(QObject):
     def busy(self) -> bool:
         return any(op.running for op in self.operations) or bool(self._inbox) or self._debounce.isActive()
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Drops the running query and waits for its threads (the dialog closing)."""
+    def close(self) -> None:
+        """Drops the running query (the dialog closing): its threads stop at their next step, without holding
+        the GUI thread for a request still in flight."""
         self._debounce.stop()
         self._drain.stop()
         self.state.drop()
         for operation in self.operations:
             operation.cancel()
-            operation.wait(timeout)
+
+    def wait(self, timeout: float = 10.0) -> bool:
+        """Until the search's threads have ended (the window closing: none is left behind)."""
+        return all(operation.wait(timeout) for operation in self.operations)
 
     # ---- worker threads ------------------------------------------------------------------------------------
 
