@@ -157,6 +157,9 @@ class LocalHub:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: with Nagle on, the body waits for the client's delayed ACK
+            # (40 ms a request here), a stall no real hub has.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: object) -> None:  # quiet test output
                 pass

@@ -145,6 +145,15 @@ class DownloadQueue:
         with self._lock:
             return list(self._items.values())
 
+    def forget(self, item_id: str) -> None:
+        """Drops a done, cancelled or failed item from the list (its files stay where they are)."""
+        with self._lock:
+            item = self._items.get(item_id)
+            if item is None or item.state not in ("done", "cancelled", "failed"):
+                return
+            del self._items[item_id]
+        self._save()
+
     def close(self) -> None:
         """Stops the workers; running and queued items start again at the next start (the state file)."""
         with self._lock:

@@ -25,6 +25,8 @@ from app.core.models.planner import (
     PlannerError,
     attention_shape,
     bandwidth_for,
+    bytes_read_per_token,
+    estimate_weight_bytes,
     gpu_overhead_bytes,
     plan,
     utilization_for_free_vram,
@@ -131,8 +133,28 @@ def verdict(repo_id: str, file_set: FileSet, config: dict[str, Any] | None, budg
     needs = weights + overhead + shape.kv_bytes_per_token("fp8_e4m3") * context
     if fits == "no":
         fp8 = bf16 = 0
-    return FitVerdict(repo_id, file_set, fp8, bf16, result.row("fp8_e4m3").floor_ms_per_token, fits, needs, have,
-                      shape.note)
+    return FitVerdict(repo_id, file_set, fp8, bf16, floor_ms(config, file_set, budget.bandwidth_gbps), fits, needs,
+                      have, shape.note)
+
+
+UNQUANTIZED_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
+
+
+def floor_ms(config: dict[str, Any], file_set: FileSet, bandwidth_gbps: float | None) -> float | None:
+    """ms/token floor as the welcome dialog gives it: bytes read per decoded token at EXPECTATION_CONTEXT (the
+    weights but the input embedding's unread rows, plus fp8 KV) ÷ bandwidth. The weights' element size is the
+    dtype's for an unquantized set, else taken from the set's real size (a 4-bit set reads about a quarter)."""
+    if not bandwidth_gbps:
+        return None
+    weight_bytes = file_set.weight_bytes
+    try:
+        per_parameter = UNQUANTIZED_BYTES.get(file_set.label.split(" ")[0]) or \
+            weight_bytes / estimate_weight_bytes(config, 1.0)
+        read = bytes_read_per_token(config, context_tokens=cpu_catalog.EXPECTATION_CONTEXT, kv_dtype="fp8_e4m3",
+                                    weight_element_bytes=per_parameter)
+    except (KeyError, ValueError, TypeError, ZeroDivisionError, PlannerError):  # not a dense decoder's config
+        read = weight_bytes
+    return read / (bandwidth_gbps * 1e9) * 1000
 
 
 def verdicts_for(repo_id: str, budget: MachineBudget, *, cache: VerdictCache | None = None,

@@ -131,4 +131,6 @@ def test_one_at_a_time_when_asked_and_pause_resume(hub: LocalHub, tmp_path: Path
     queue.resume(a.item_id)
     wait_for(lambda: {i.state for i in queue.items()} == {"done"}, "both done")
     assert any(r.range_start > 0 for r in hub.file_requests("model.safetensors"))
+    queue.forget(a.item_id)
+    assert [i.item_id for i in queue.items()] == [b.item_id]
     queue.close()

@@ -117,3 +117,20 @@ def test_catalog_is_offered_offline_with_verdicts() -> None:
     qwen = offered[0][1][0]
     assert qwen.fits == "fits" and qwen.file_set.label == "bf16"
     assert dict((m.repo_id, v[0].fits) for m, v in offered)["Qwen/QwQ-32B-AWQ"] == "no"
+
+
+def test_cpu_verdicts_agree_with_the_welcome_dialogs_cpu_plan() -> None:
+    """Catches the browser and the welcome dialog telling a CPU user different things for one model: the same
+    RAM share, runtime overhead and bytes-per-token arithmetic (cpu_catalog) must give the same fit and speed."""
+    from app.core.hub.search import FileSet
+    from app.core.hub.verdicts import verdict
+    from app.core.models.cpu_catalog import CPU_CATALOG, CPU_CONTEXT, MemoryBandwidth, plan_cpu_model
+
+    for ram_gib in (4, 6, 8, 16):
+        budget = MachineBudget("cpu", ram_gib * GIB, 10.0, None, "CPU")
+        for model in CPU_CATALOG:
+            rec = plan_cpu_model(model, ram_gib * GIB, "fp8_e4m3", MemoryBandwidth(10.0, True))
+            said = verdict(model.repo_id, FileSet("bf16", (), model.weight_bytes, True), model.config(), budget)
+            assert (said.fits == "fits") == (rec.fits and rec.context == CPU_CONTEXT), (ram_gib, model.repo_id)
+            assert said.ms_per_token_floor is not None
+            assert 1000 / said.ms_per_token_floor == pytest.approx(rec.tokens_per_s, rel=0.01)
