@@ -34,11 +34,15 @@ class DownloadsTab(QWidget):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop it and delete its partial files")
         self.use_button = QPushButton("Use")
+        self.forget_button = QPushButton("Remove from list")
+        self.forget_button.setToolTip("A finished, cancelled or failed download leaves the list (its files stay)")
+        self.forget_button.clicked.connect(self.forget_selected)
         for button, act in ((self.pause_button, lambda i: hub.queue.pause(i)),
                             (self.resume_button, lambda i: hub.queue.resume(i)),
                             (self.cancel_button, lambda i: hub.queue.cancel(i))):
             button.clicked.connect(lambda _=False, act=act: self._act(act))
             buttons.addWidget(button)
+        buttons.addWidget(self.forget_button)
         buttons.addStretch(1)
         buttons.addWidget(self.use_button)
         self.use_button.clicked.connect(self._use)
@@ -80,6 +84,15 @@ class DownloadsTab(QWidget):
         self.resume_button.setEnabled(state in ("paused", "failed"))
         self.cancel_button.setEnabled(state in ("queued", "running", "paused", "failed"))
         self.use_button.setEnabled(state == "done")
+        self.forget_button.setEnabled(state in ("done", "cancelled", "failed"))
+
+    def forget_selected(self) -> None:
+        item = self.selected()
+        if item is not None and item.state in ("done", "cancelled", "failed"):
+            self.hub.queue.forget(item.item_id)
+            del self.items[item.item_id]
+            self.list.rows.show([])  # a row left the middle: the list is shown again from the top
+            self.refresh()
 
     def _act(self, act: object) -> None:
         item = self.selected()
