@@ -54,10 +54,11 @@ class TextListModel(QAbstractListModel):
             self.rows = list(rows)
             self.endResetModel()
             return
-        for i, (before, after) in enumerate(zip(old, rows)):
-            if before != after:
-                self.rows[i] = after
-                self.dataChanged.emit(self.index(i), self.index(i))
+        changed = [i for i, (before, after) in enumerate(zip(old, rows)) if before != after]
+        for i in changed:
+            self.rows[i] = rows[i]
+        if changed:  # one signal for the batch: the view lays its rows out once, not once per row
+            self.dataChanged.emit(self.index(changed[0]), self.index(changed[-1]))
         if len(rows) > len(old):
             self.beginInsertRows(QModelIndex(), len(old), len(rows) - 1)
             self.rows = list(rows)
@@ -82,6 +83,10 @@ class TextListView(QListView):
         self.setAlternatingRowColors(True)
         self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.setVerticalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
+        # Word-wrapped rows are measured one by one: laid out 10 at a time between events, 50 results arriving
+        # at once don't hold the window while all their heights are worked out.
+        self.setLayoutMode(QListView.LayoutMode.Batched)
+        self.setBatchSize(10)
 
     def current_key(self) -> str | None:
         index = self.currentIndex()
