@@ -685,6 +685,34 @@ def render_hostile(r: Results) -> str:
     return out + "\n" + measured({**report, "note": note})
 
 
+# ---- the model browser ---------------------------------------------------------------------------
+
+def render_bench_models(r: Results) -> str:
+    """`nalar bench models`: per round (cold, cached) the time from the query to the last verdict on screen, to the
+    first row, and the longest stall, against the goals."""
+    report = r("bench-models")
+    goals = report["goals"]
+    rows = []
+    for run in report["rounds"]:
+        goal = goals["cold_s"] if run["name"] == "cold" else goals["cached_s"]
+        met = run["seconds"] <= goal and run["longest_stall_ms"] <= goals["stall_ms"]
+        rows.append([run["name"], f"{num(run['seconds'], 2)} s", f"≤ {num(goal)} s",
+                     f"{num(run['first_result_s'], 2)} s", f"{num(run['longest_stall_ms'], 1)} ms",
+                     f"{run['with_verdicts']} of {run['results']}",
+                     "met" if met else "**missed**"])
+    out = table(["round", "query to every verdict on screen", "goal", "first row", "longest stall", "verdicts",
+                 "goals"], rows, "lrrrrrl")
+    out += (f"\n{report['results']} results for “{report['query']}”, verdicts for this machine ({report['budget']}); "
+            f"stall goal ≤ {num(goals['stall_ms'])} ms.\n")
+    notes = [f"- {run['name']}: the GUI thread was held in `{run['stalled_in']}`" for run in report["rounds"]
+             if run.get("stalled_in") and run["longest_stall_ms"] > goals["stall_ms"]]
+    if notes:
+        out += "\n" + "\n".join(notes) + "\n"
+    before, after = report["load_average_1min"]
+    note = f"1-minute load average {num(before)} before the run, {num(after)} after; the machine was shared"
+    return out + "\n" + measured({**report, "note": note})
+
+
 RENDER: dict[str, Callable[[Results], str]] = {
     "suite": render_suite, "suite-table": render_suite_table, "suite-files": render_suite_files,
     "ui-maths-stall": render_ui_maths_stall, "bench-ui": render_bench_ui, "bench-ui-real": render_bench_ui_real,
@@ -698,6 +726,7 @@ RENDER: dict[str, Callable[[Results], str]] = {
     "spec-summary": render_spec_summary, "bench-spec": render_bench_spec,
     "compare-summary": render_compare_summary, "bench-compare": render_bench_compare, "hostile": render_hostile,
     "bench-knowledge": render_bench_knowledge, "bench-knowledge-window": render_bench_knowledge_window,
+    "bench-models": render_bench_models,
 }
 
 

@@ -48,6 +48,8 @@ INSIDE = {
     "core.chat": {"core.chat", "core.settings", "core.priority", "core.safe_files"},  # leaves (stdlib only)
     "core.steering": {"core.steering", "core.chat", "core.settings"},  # builds on conversations, never under them
     "core.models": {"core.models", "core.settings", "core.safe_files"},
+    # The hub front door builds on the planner and the downloader, never under them.
+    "core.hub": {"core.hub", "core.models", "core.settings", "core.safe_files"},
     # Where a name from outside may be written, how a handed-over file is read: a leaf every writer can use.
     "core.safe_files": {"core.safe_files"},
     "core.measure": {"core.measure", "core.models", "core.settings"},

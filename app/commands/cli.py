@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "benchmarks.")
     bench.add_argument("what", nargs="?",
                        choices=["saturation", "engine", "ui", "startup", "trim", "memory", "maths", "spec", "history",
-                                "compare", "hostile", "knowledge", "knowledge-window", "all"],
+                                "compare", "hostile", "knowledge", "knowledge-window", "models", "all"],
                        help="saturation: how many chats of what length fit before tokens slow down (KV knee, "
                             "latency knee, per KV dtype); memory: host memory bandwidth and the CPU models' "
                             "tok/s ceiling; maths: the answer pane's LaTeX coverage on SymPy's corpus; spec: "
@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "three variants at once vs one after another (--tokens: budget and answer, default 64); "
                             "hostile: each hostile input given to the window (stall, time to the answer, what is left "
                             "running; --only NAME…); knowledge: index 1,000 pages and 50 PDFs, sync, 100 queries; "
-                            "knowledge-window: the window's longest stall while Knowledge… indexes them; "
+                            "knowledge-window: the window's longest stall while Knowledge… indexes them; models: the "
+                            "model browser's search to verdicts on screen, cold and cached, against a fake hub; "
                             "engine|ui|startup|trim|all: developer benchmarks")
     bench.add_argument("--tokens", type=int, default=None,
                        help="decode tokens per measurement (FP8 bench: 64; developer benches: 256)")
@@ -87,10 +88,27 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --gpu: start the engine once and record each phase's time and ms/token")
     doctor.add_argument("--speculative", choices=["off", "ngram", "suffix", "draft_model"], default=None,
                         help="with --first-start: this speculative decoding method instead of the setting's")
-    download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable)")
+    download = sub.add_parser("download", help="download a model from the Hugging Face hub (resumable); "
+                                                "see also `nalar models`")
     download.add_argument("repo_id", help="for example deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
     download.add_argument("--revision", default="main", help="branch, tag or commit")
     download.add_argument("--use", action="store_true", help="make it Nalar's model once downloaded")
+    models = sub.add_parser("models", help="search the hub with this machine's fit verdicts, list or delete models",
+                            description="The model family of commands: `models search` (the hub, with each file "
+                                        "set's fit on this machine), `models list` (the library), `models rm`; "
+                                        "`nalar download REPO` downloads one (resumable).")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    found = models_sub.add_parser("search", help="search the hub; each result's file sets with their fit here")
+    found.add_argument("query", help="words in the model's name, e.g. qwen3")
+    found.add_argument("--json", action="store_true", help="print results as JSON")
+    found.add_argument("--sort", choices=["downloads", "trending"], default="downloads", help="order (downloads)")
+    found.add_argument("--only-fits", action="store_true", help="only models with a set that fits this machine")
+    found.add_argument("--limit", type=int, default=20, help="most results (default 20)")
+    listed = models_sub.add_parser("list", help="the library: Nalar's downloads, the HF cache, your folders")
+    listed.add_argument("--json", action="store_true", help="print the library as JSON")
+    remove = models_sub.add_parser("rm", help="delete a downloaded or cached model (asks first)")
+    remove.add_argument("model_id", help="a repo id or path from `nalar models list`")
+    remove.add_argument("--yes", action="store_true", help="don't ask")
     history = sub.add_parser("history", help="search or export the conversation history from a terminal")
     history_sub = history.add_subparsers(dest="history_command", required=True)
     search = history_sub.add_parser("search", help="full-text search (bm25 order, matches in [brackets])")
@@ -193,6 +211,15 @@ def run_command(args: argparse.Namespace) -> int:
                                 seeds=args.seeds, engine_prompts=args.engine_prompts)
         return run_calibrate(args.model, args.out, prompts=args.prompts, tokens=args.tokens, as_json=args.json,
                              jsonl=args.progress_jsonl)
+    if args.command == "models":
+        from app.commands.models import models_cli
+
+        if args.models_command == "search":
+            return models_cli.run_search(args.query, as_json=args.json, sort=args.sort, only_fits=args.only_fits,
+                              limit=args.limit)
+        if args.models_command == "list":
+            return models_cli.run_list(as_json=args.json)
+        return models_cli.run_rm(args.model_id, yes=args.yes)
     if args.command == "download":
         from app.commands.download import run_download_command
 
@@ -243,6 +270,10 @@ def run_command(args: argparse.Namespace) -> int:
         from app.commands.hostile.hostile_bench import run_hostile_bench
 
         return run_hostile_bench(args.only, as_json=args.json)
+    if args.command == "bench" and args.what == "models":
+        from app.commands.window_bench.models_bench import run_models_bench
+
+        return run_models_bench(as_json=args.json)
     if args.command == "bench":
         from app.commands.bench import run_bench
 

@@ -108,7 +108,7 @@ ACTIONS: tuple[Action, ...] = (
            "F2"),
     Action("delete_conversation", "&Delete conversation…", "Chat", lambda p: p.conversations.delete()),
     Action("restart_engine", "&Restart engine", "Engine", lambda p: p.controller.start_engine()),
-    Action("choose_model", "Choose &model…", "Engine", lambda p: p.dialogs.open_model_chooser()),
+    Action("choose_model", "Choose &model…", "Engine", lambda p: p.dialogs.open_model_browser()),
     Action("measure", "Measure &FP8…", "Engine", lambda p: p.dialogs.open_measure_dialog()),
     Action("keyboard_shortcuts", "&Keyboard shortcuts", "Help", lambda p: p.dialogs.open_shortcuts(shortcut_rows()),
            "F1"),

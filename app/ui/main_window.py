@@ -225,7 +225,7 @@ class MainWindow(QMainWindow):
         """Abort what streams, shut the engine down (its processes too), then close."""
         if not self.controller.closing:
             self.hide()
-            self.dialogs.close_measure_dialog()
+            self.dialogs.close_all()  # the Measure dialog's jobs, the download queue
             started = time.monotonic()
             self.session.close()
             self.tools.close()  # the tool servers' processes end with the window

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QUrl
+from PySide6.QtCore import QObject, Qt, QTimer, QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QFileDialog, QMainWindow
 
 from app.core.chat.history_import import Imported, ImportProblem, export_json, export_markdown
 from app.core.chat.history_search import HistorySearch, SearchHit
+from app.core.hub.queue import default_state_file as queue_state_file
 from app.core.safe_files import safe_file_name
 from app.core.settings import paths
 from app.core.settings.settings import changed
@@ -31,6 +32,8 @@ from app.ui.dialogs.search_dialog import SearchDialog
 from app.ui.dialogs.settings_dialog import SettingsDialog
 from app.ui.dialogs.shortcuts_dialog import ShortcutsDialog
 from app.ui.dialogs.welcome_dialog import WelcomeDialog
+from app.ui.model_browser.browser_dialog import ModelBrowser
+from app.ui.model_browser.models_hub import ModelsHub
 
 
 class WindowDialogs(QObject):
@@ -45,6 +48,9 @@ class WindowDialogs(QObject):
         self.controller, self.session, self.tools, self.gauges = controller, session, tools, gauges
         self.banner, self.open_hit, self.show_notice = banner, open_hit, show_notice
         self.measure_dialog: MeasureDialog | None = None
+        self.models: ModelsHub | None = None  # the download queue and the library, made when first needed
+        if queue_state_file().exists():  # downloads an earlier session left: they resume now
+            QTimer.singleShot(0, lambda: self.models_hub().resume_unfinished())
         # A slot of the status bar, not a lambda: emitted on the import's worker thread, it is queued to the GUI's.
         session.store.import_progress.connect(window.statusBar().showMessage)
 
@@ -79,7 +85,8 @@ class WindowDialogs(QObject):
         return dialog
 
     def open_model_chooser(self, *, first_run: bool = False) -> WelcomeDialog:
-        """The welcome dialog; a chosen model is saved and the engine restarts on it.
+        """The welcome dialog; a chosen model is saved and the engine restarts on it. *More models…* hands over
+        to the model browser.
 
         On first run, closing it without a choice saves and starts the embedded model, so it isn't asked again.
         """
@@ -87,6 +94,34 @@ class WindowDialogs(QObject):
 
         controller = self.controller
         dialog = WelcomeDialog(probe_hardware(), parent=self.window)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(
+            lambda: controller.apply_settings(controller.settings.with_engine(**dialog.engine_update)))
+        handed_over: list[ModelBrowser] = []
+        if first_run:
+            dialog.rejected.connect(
+                lambda: None if handed_over else controller.apply_settings(controller.settings.with_engine()))
+
+        def more_models() -> None:
+            handed_over.append(self.open_model_browser(first_run=first_run))
+            dialog.reject()
+
+        dialog.more_models.connect(more_models)
+        dialog.open()
+        return dialog
+
+    def models_hub(self) -> ModelsHub:
+        """The window's download queue, library and verdict cache: one per window, closed with it."""
+        if self.models is None:
+            self.models = ModelsHub(self)
+        return self.models
+
+    def open_model_browser(self, *, first_run: bool = False) -> ModelBrowser:
+        """Engine → Choose model…: search, downloads, library. *Use* saves the model and restarts the engine on
+        it, as the welcome dialog's choice does; on first run, closing it without a choice starts the embedded
+        model."""
+        controller = self.controller
+        dialog = ModelBrowser(self.models_hub(), parent=self.window)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(
             lambda: controller.apply_settings(controller.settings.with_engine(**dialog.engine_update)))
@@ -122,9 +157,16 @@ class WindowDialogs(QObject):
         dialog.open()
         return dialog
 
-    def close_measure_dialog(self) -> None:
+    def close_all(self) -> None:
+        """The window closes: the Measure dialog (it ends its jobs' process groups), a model browser (its search's
+        threads) and the download queue."""
         if self.measure_dialog is not None:
-            self.measure_dialog.close()  # ends its jobs' process groups
+            self.measure_dialog.close()
+        for browser in self.window.findChildren(ModelBrowser):
+            browser.reject()
+            browser.search.wait()
+        if self.models is not None:
+            self.models.close()
 
     def export_conversation(self, kind: str, path: str | None = None) -> Path | None:
         conversation = self.session.conversation

@@ -9,11 +9,15 @@ file when a download stops, so it could not resume after Nalar is closed.
 Blocking by design: the UI runs :meth:`HubDownload.run` on a worker thread and gets plain
 :class:`DownloadProgress` values through a callback. :meth:`HubDownload.cancel` is safe from any
 thread and stops the transfer within one network chunk; the partial bytes stay for the next run.
+
+Each finished file whose listing gives an LFS sha256 is hashed before it takes its place: a mismatch (a
+corrupted transfer or a mirror serving other bytes) deletes the file and fails naming it.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 import os
@@ -58,6 +62,8 @@ class DownloadProgress:
     eta_s: float | None
     files_done: int
     files_total: int
+    file_done_bytes: int = 0  # of the file being transferred now
+    file_total_bytes: int = 0
 
     @property
     def fraction(self) -> float:
@@ -135,7 +141,8 @@ class HubDownload:
     def __init__(self, repo_id: str, *, revision: str = "main", endpoint: str | None = None,
                  target: Path | None = None, token: str | bool | None = None,
                  allow: tuple[str, ...] = DEFAULT_ALLOW, ignore: tuple[str, ...] = DEFAULT_IGNORE,
-                 on_progress: ProgressCallback | None = None) -> None:
+                 only: tuple[str, ...] | None = None, on_progress: ProgressCallback | None = None) -> None:
+        """``only``: exactly these files of the repo (one quantization's FileSet), instead of allow/ignore."""
         self.repo_id = repo_id
         self.revision = revision
         self.endpoint = (endpoint or hub_endpoint()).rstrip("/")
@@ -152,6 +159,11 @@ class HubDownload:
         self._current = ""
         self._files_done = 0
         self._files_total = 0
+        self._file_done = 0
+        self._file_total = 0
+        self.only = only
+        self._sha256: dict[str, str] = {}  # the listing's LFS hashes
+        self._listing: tuple[str, dict[str, int]] | None = None
 
     def cancel(self) -> None:
         self._cancelled.set()
@@ -171,7 +183,7 @@ class HubDownload:
         if constants.HF_HUB_OFFLINE:
             raise DownloadError("Hugging Face downloads are switched off (HF_HUB_OFFLINE is set). "
                                 "Fix: unset HF_HUB_OFFLINE, or use the embedded model or a local folder.")
-        commit, files = self._list_files()
+        commit, files = self.listing()
         placed = self._place(list(files))  # every name checked before anything is written
         self._files_total = len(files)
         self._total = sum(files.values())
@@ -181,7 +193,7 @@ class HubDownload:
         log.info("downloading %s@%s from %s: %d files, %d bytes (%d already here)", self.repo_id, commit[:12],
                  self.endpoint, len(files), self._total, self._done)
         for name, size in files.items():
-            self._current = name
+            self._current, self._file_done, self._file_total = name, 0, size
             self._fetch(name, placed[name], size, commit)
             self._files_done += 1
             self._report(force=True)
@@ -192,42 +204,36 @@ class HubDownload:
         shutil.rmtree(self.target / PARTIAL_DIR, ignore_errors=True)
         return self.target
 
+    def listing(self) -> tuple[str, dict[str, int]]:
+        """The commit and the files to fetch with their sizes (one request, then kept). Raises DownloadError."""
+        if self._listing is None:
+            self._listing = self._list_files()
+        return self._listing
+
+    def bytes_here(self) -> int:
+        """Bytes of the listed files already in the target (finished files and partial ones)."""
+        _commit, files = self.listing()
+        placed = self._place(list(files))
+        return sum(self._existing_bytes(name, placed[name], size) for name, size in files.items())
+
     def _list_files(self) -> tuple[str, dict[str, int]]:
         from huggingface_hub import HfApi
-        from huggingface_hub.errors import (
-            GatedRepoError,
-            HfHubHTTPError,
-            RepositoryNotFoundError,
-            RevisionNotFoundError,
-        )
 
         try:
             info = HfApi(endpoint=self.endpoint, token=self.token).model_info(
                 self.repo_id, revision=self.revision, files_metadata=True)
-        except GatedRepoError:
-            raise DownloadError(f"{self.repo_id} is gated: accept its licence on the model's hub page, then log in "
-                                "with `hf auth login` and retry.") from None
-        except RepositoryNotFoundError:
-            raise DownloadError(f"{self.repo_id} was not found on {self.endpoint} (or it is private). "
-                                "Fix: check the model id, or log in with `hf auth login`.") from None
-        except RevisionNotFoundError:
-            raise DownloadError(f"{self.repo_id} has no revision {self.revision!r}.") from None
-        except HfHubHTTPError as exc:
-            raise DownloadError(f"{self.endpoint} answered with an error for {self.repo_id}: "
-                                f"{str(exc).splitlines()[0]}. Fix: retry later.") from None
-        except Exception as exc:  # httpx's connection and timeout errors, and DNS failures
-            raise DownloadError(self._unreachable(exc)) from None
+        except Exception as exc:
+            raise _listing_error(exc, self.endpoint, self.repo_id, self.revision) from None
         siblings = info.siblings or []
-        files = {s.rfilename: int(s.size or 0) for s in siblings if _wanted(s.rfilename, self.allow, self.ignore)}
-        if not any(name.endswith(".safetensors") for name in files) or "config.json" not in files:
+        chosen = [s for s in siblings if (s.rfilename in self.only if self.only is not None
+                                          else _wanted(s.rfilename, self.allow, self.ignore))]
+        files = {s.rfilename: int(s.size or 0) for s in chosen}
+        self._sha256 = {s.rfilename: str(s.lfs.sha256) for s in chosen if s.lfs is not None and s.lfs.sha256}
+        configs = [name for name in files if name == "config.json" or name.endswith("/config.json")]
+        if not any(name.endswith(".safetensors") for name in files) or not configs:
             raise DownloadError(f"{self.repo_id} has no config.json and safetensors weights, which vLLM needs. "
                                 "Fix: choose a repository that ships safetensors.")
         return str(info.sha or self.revision), files
-
-    def _unreachable(self, exc: BaseException) -> str:
-        return (f"Could not reach {self.endpoint} ({type(exc).__name__}: {str(exc)[:200]}). "
-                "Fix: check the network connection and retry: the download resumes where it stopped. "
-                "Offline, use the embedded model or a local model folder.")
 
     def _place(self, names: list[str]) -> dict[str, Path]:
         try:
@@ -245,7 +251,6 @@ class HubDownload:
 
     def _fetch(self, name: str, final: Path, size: int, commit: str) -> None:
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
-        from huggingface_hub.errors import HfHubHTTPError
         from huggingface_hub.file_download import http_get
         from huggingface_hub.utils import build_hf_headers
 
@@ -254,10 +259,8 @@ class HubDownload:
         url = hf_hub_url(self.repo_id, name, revision=commit, endpoint=self.endpoint)
         try:
             meta = get_hf_file_metadata(url, token=self.token, endpoint=self.endpoint, retry_on_errors=True)
-        except HfHubHTTPError as exc:
-            raise DownloadError(f"{self.endpoint} refused {name}: {str(exc).splitlines()[0]}.") from None
         except Exception as exc:
-            raise DownloadError(self._unreachable(exc)) from None
+            raise _file_error(exc, self.endpoint, self.repo_id, name) from None
         expected = meta.size if meta.size is not None else size
         partial_dir = self.target / PARTIAL_DIR
         partial_dir.mkdir(parents=True, exist_ok=True)
@@ -274,6 +277,7 @@ class HubDownload:
             resume = 0
         if resume:
             log.info("resuming %s at byte %d of %d", name, resume, expected)
+        self._file_done, self._file_total = resume, expected
         try:
             with partial.open("ab") as handle:
                 http_get(meta.location, handle, resume_size=resume, expected_size=expected,
@@ -286,9 +290,20 @@ class HubDownload:
             raise DownloadError(f"Writing {partial} failed: {exc}. Fix: free disk space in {self.target.parent} "
                                 "and retry.") from None
         except Exception as exc:
-            raise DownloadError(self._unreachable(exc)) from None
+            raise DownloadError(_unreachable(self.endpoint, exc)) from None
+        self._check_sha256(name, partial)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(partial, self._place([name])[name])  # checked again: no part on the way became a link
+
+    def _check_sha256(self, name: str, partial: Path) -> None:
+        """The hub's LFS sha256 against the bytes received; a mismatch deletes them and fails naming the file."""
+        expected, received = self._sha256.get(name), ""
+        if expected and (received := sha256_of(partial)) != expected.lower():
+            self._done -= partial.stat().st_size
+            partial.unlink()
+            raise DownloadError(f"{name} of {self.repo_id} does not match the hub's sha256 ({expected[:12]}…; "
+                                f"received {received[:12]}…): the file was deleted. Fix: retry; if it "
+                                f"happens again, {self.endpoint} serves other bytes than it lists.")
 
     # ---- progress ----------------------------------------------------------------------------------
 
@@ -297,6 +312,7 @@ class HubDownload:
         if self._cancelled.is_set():
             raise DownloadCancelled(self.repo_id)
         self._done += count
+        self._file_done += count
         self._run_bytes += count
         self._report()
 
@@ -310,24 +326,69 @@ class HubDownload:
         left = max(self._total - self._done, 0)
         eta = left / speed if speed > 0 else None
         self.on_progress(DownloadProgress(self.repo_id, self._current, self._done, self._total, speed, eta,
-                                          self._files_done, self._files_total))
+                                          self._files_done, self._files_total, self._file_done, self._file_total))
 
     def _bar_class(self) -> type[Any]:
-        """A tqdm class huggingface_hub drives; it forwards byte counts to us instead of drawing a bar."""
-        from tqdm import tqdm
+        return progress_forwarder(self._advance)
 
-        download = self
 
-        class ProgressForwarder(tqdm):  # type: ignore[misc]
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                kwargs["disable"] = True
-                super().__init__(*args, **kwargs)
+def progress_forwarder(advance: Callable[[int], None]) -> type[Any]:
+    """A tqdm class huggingface_hub drives; it forwards byte counts to ``advance`` instead of drawing a bar."""
+    from tqdm import tqdm
 
-            def update(self, n: float | None = 1) -> bool | None:
-                download._advance(int(n or 0))
-                return None
+    class ProgressForwarder(tqdm):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
 
-        return ProgressForwarder
+        def update(self, n: float | None = 1) -> bool | None:
+            advance(int(n or 0))
+            return None
+
+    return ProgressForwarder
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unreachable(endpoint: str, exc: BaseException) -> str:
+    return (f"Could not reach {endpoint} ({type(exc).__name__}: {str(exc)[:200]}). "
+            "Fix: check the network connection and retry: the download resumes where it stopped. "
+            "Offline, use the embedded model or a local model folder.")
+
+
+def _listing_error(exc: BaseException, endpoint: str, repo_id: str, revision: str) -> DownloadError:
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    if isinstance(exc, GatedRepoError):
+        return DownloadError(f"{repo_id} is gated: accept its licence on the model's hub page, then log in "
+                             "with `hf auth login` and retry.")
+    if isinstance(exc, RepositoryNotFoundError):
+        return DownloadError(f"{repo_id} was not found on {endpoint} (or it is private). "
+                             "Fix: check the model id, or log in with `hf auth login`.")
+    if isinstance(exc, RevisionNotFoundError):
+        return DownloadError(f"{repo_id} has no revision {revision!r}.")
+    if isinstance(exc, HfHubHTTPError):
+        return DownloadError(f"{endpoint} answered with an error for {repo_id}: {str(exc).splitlines()[0]}. "
+                             "Fix: retry later.")
+    return DownloadError(_unreachable(endpoint, exc))  # httpx's connection and timeout errors, and DNS failures
+
+
+def _file_error(exc: BaseException, endpoint: str, repo_id: str, name: str) -> DownloadError:
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError
+
+    if isinstance(exc, GatedRepoError) or (isinstance(exc, HfHubHTTPError)
+                                           and getattr(exc.response, "status_code", 0) in (401, 403)):
+        return DownloadError(f"{repo_id} is gated or private: {endpoint} refused {name} without a login. Fix: "
+                             "accept its licence on the model's hub page, log in with `hf auth login` and retry.")
+    if isinstance(exc, HfHubHTTPError):
+        return DownloadError(f"{endpoint} refused {name}: {str(exc).splitlines()[0]}.")
+    return DownloadError(_unreachable(endpoint, exc))
 
 
 def format_bytes(count: float) -> str:

@@ -13,20 +13,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from app.core.models.gpus import GpuInfo, read_nvidia_gpus
 from app.core.settings.settings import Settings, is_fp8
 from app.engine.errors import NO_FIX, USE_KV_FALLBACK, EngineFailure, EngineFix, kv_dtype_unsupported
 from app.engine.machine.gpt_oss_gate import sink_attention_backend_for
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    index: int
-    name: str
-    compute_capability: tuple[int, int]
-    vram_total_bytes: int
-    vram_free_bytes: int
 
 
 @dataclass(frozen=True)
@@ -58,30 +50,6 @@ def read_cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
-
-
-def read_nvidia_gpus() -> tuple[GpuInfo, ...]:
-    """NVML only: it never creates a CUDA context in our process."""
-    try:
-        import pynvml
-    except ImportError:
-        return ()
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return ()  # no driver: a CPU machine
-    try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-            gpus.append(GpuInfo(index, name if isinstance(name, str) else name.decode(),
-                                (major, minor), int(memory.total), int(memory.free)))
-        return tuple(gpus)
-    finally:
-        pynvml.nvmlShutdown()
 
 
 @lru_cache(maxsize=1)

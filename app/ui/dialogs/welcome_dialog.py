@@ -68,6 +68,7 @@ class WelcomeDialog(QDialog):
     download_finished = Signal(object)  # Path of the finished model folder
     download_failed = Signal(str)
     download_cancelled = Signal()
+    more_models = Signal()  # "More models…": the window hands over to the model browser (hub search, library)
 
     def __init__(self, probe: HardwareProbe, parent: QWidget | None = None, *,
                  check_hub: bool = True) -> None:
@@ -125,6 +126,7 @@ class WelcomeDialog(QDialog):
         self.use_button.setDefault(True)
         self.use_button.clicked.connect(self.use_selected)
         buttons.addWidget(self.local_button)
+        self.more_button = _more_button(self, buttons)
         buttons.addStretch(1)
         buttons.addWidget(self.cancel_button)
         buttons.addWidget(self.close_button)
@@ -322,6 +324,15 @@ def _add_catalog_items(dialog: WelcomeDialog, recs: list[Any], pick: Any, embedd
             current = item
     dialog.model_list.addItem(embedded)
     dialog.model_list.setCurrentItem(current)
+
+
+def _more_button(dialog: WelcomeDialog, buttons: QHBoxLayout) -> QPushButton:
+    """*More models…*: the dialog hands over to the model browser, which the window opens."""
+    button = QPushButton("More models…")
+    button.setToolTip("Search the Hugging Face hub, with this machine's verdict for each model")
+    button.clicked.connect(dialog.more_models.emit)
+    buttons.addWidget(button)
+    return button
 
 
 def _show_offline(dialog: WelcomeDialog, reason: str | None) -> None:
