@@ -25,7 +25,7 @@ MATH_OPEN, MATH_CLOSE = "\ue000", "\ue001"  # private-use characters: no answer 
 LINK_SCHEME = "nalar-link"  # nalar-link:N, the Nth link of the document
 COPY_SCHEME = "nalar-copy"  # nalar-copy:N, the Nth code block's copy button
 MATH_SCHEME = "nalar-math"  # nalar-math:KEY, a formula's image resource (Formula.key)
-_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
+_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})", re.MULTILINE)  # ^ at each line: match(text, i) starts mid-text
 _PLACEHOLDER = re.compile(f"{MATH_OPEN}(\\d+){MATH_CLOSE}")
 _FORMATTER = HtmlFormatter(nowrap=True, noclasses=True, style="friendly")
 
