@@ -45,7 +45,7 @@ class ChatView(QWidget):
         self.transcript.setObjectName("Transcript")
         self.transcript_document = AnswerDocument(self.transcript, self._redraw_thread)  # answers, maths, links
         self._thread_redraw = QTimer(self, singleShot=True, interval=THREAD_REDRAW_MS)
-        self._thread_redraw.timeout.connect(self._redraw_thread_now)
+        self._thread_redraw.timeout.connect(self.redraw_thread)
         self._conversation: Conversation | None = None
         self._shown: tuple[str, list[Turn]] | None = None  # (conversation id, the turns) the transcript shows
         # Each earlier turn's "keep its thinking" switch with its cost (set by the window; none: no switches)
@@ -173,7 +173,8 @@ class ChatView(QWidget):
         if not self._thread_redraw.isActive():
             self._thread_redraw.start()
 
-    def _redraw_thread_now(self) -> None:
+    def redraw_thread(self) -> None:
+        """The thread drawn again, as it is (its formulas drawn, its token counts counted meanwhile)."""
         if self._conversation is not None:
             self._shown = None
             self.render_thread(self._conversation)
