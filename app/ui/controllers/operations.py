@@ -202,8 +202,7 @@ class TokenCounts(QObject):
         on a worker and ``then`` runs on the GUI thread after, unless a newer ask of ``key`` came meanwhile."""
         if key in self._settling:  # its ``then`` asks again: no second round (texts the memory dropped meanwhile,
             return True            # past its bound, stay "counting…" rather than be counted for ever)
-        if counter.cheap(texts):
-            counter.count_all(texts)
+        if counter.count_if_cheap(texts):
             self._drop(key)
             return True
         self._drop(key)
