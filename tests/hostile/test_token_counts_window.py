@@ -16,6 +16,7 @@ from app.core.chat.conversation import Conversation, Turn
 from app.core.chat.history import HistoryStore
 from app.core.models import token_count
 from app.engine.scripted import ScriptedEngineDouble
+from tests.conftest import require_embedded_model
 from tests.ui.test_attachments_window import given_files
 from tests.ui.test_window import wait_ready
 
@@ -71,9 +72,12 @@ def test_a_reopened_chats_long_answer_is_counted_off_the_gui_thread(qtbot, make_
     window = make_window(ScriptedEngineDouble())
     wait_ready(qtbot, window)
     transcript = window.chat_view.transcript
+    # The long answer is past a page's characters: the thread opens on the last question; the reader asks for it.
+    qtbot.waitUntil(lambda: window.chat_view.pages.first == 1, timeout=10_000)
+    window.chat_view.pages.earlier()
     qtbot.waitUntil(lambda: "Keep its thinking: off (" in transcript.toPlainText()
-                    and "tokens;" in transcript.toPlainText(), timeout=20_000)
-    qtbot.waitUntil(lambda: "counting" not in window.gauges.context_bar.format(), timeout=20_000)
+                    and "tokens;" in transcript.toPlainText(), timeout=60_000)
+    qtbot.waitUntil(lambda: "counting" not in window.gauges.context_bar.format(), timeout=60_000)
     assert "counting" not in transcript.toPlainText()
     assert any(chars >= len(PRICES) for _thread, chars in tokenizer_calls), "the long answer was counted"
     assert on_gui_thread(tokenizer_calls) == [], "the GUI thread read the tokenizer or encoded a long text"
@@ -92,8 +96,29 @@ def test_a_long_file_is_attached_with_its_tokens_counted_off_the_gui_thread(qtbo
     bar = window.attachments
     assert len(bar.attachments) == 1
     qtbot.waitUntil(lambda: "tokens counted" not in bar.chip_text(bar.attachments[0])
-                    and "counting" not in bar.chip_text(bar.attachments[0]), timeout=20_000)
+                    and "counting" not in bar.chip_text(bar.attachments[0]), timeout=60_000)
     shown = f"{bar.counter.count(PRICES):,} tokens"
     assert bar.chip_text(bar.attachments[0]).endswith(shown)
     qtbot.waitUntil(lambda: any(label.text().endswith(shown) for label in bar.findChildren(QLabel)), timeout=5_000)
     assert on_gui_thread(tokenizer_calls) == [], "the GUI thread read the tokenizer or encoded the file"
+
+
+def test_a_newer_ask_drops_the_stale_count_and_the_same_ask_shares_one(qtbot, tokenizer_calls) -> None:
+    """Bugs it would catch: a stale count's ``then`` run after a newer one's (a chip or switch drawn with the older
+    texts' state), or each redraw while a 120,000-character text is counted starting one more worker on it."""
+    from PySide6.QtCore import QObject
+
+    from app.ui.controllers.operations import TokenCounts, runner
+
+    counter = token_count.counter_for(require_embedded_model())
+    owner = QObject()
+    counts, ran = TokenCounts(owner), []
+    first, second = PRICES, PRICES + " and more"
+    assert not counts.counted(counter, "chips", [first], lambda: ran.append("first"))
+    assert not counts.counted(counter, "chips", [first], lambda: ran.append("first again"))
+    assert not counts.counted(counter, "chips", [second], lambda: ran.append("second"))
+    qtbot.waitUntil(lambda: not any(op.what.startswith("Counting tokens") for op in runner().live), timeout=30_000)
+    assert ran == ["second"], "only the newest ask's then runs"
+    encoded = [chars for _thread, chars in tokenizer_calls if chars >= len(PRICES)]
+    assert len(encoded) == 2, f"the same texts were counted {len(encoded) - 1} times: {encoded}"
+    assert counts.counted(counter, "chips", [second], lambda: ran.append("now")) and ran == ["second"]

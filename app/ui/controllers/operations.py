@@ -194,28 +194,34 @@ class TokenCounts(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.asked: dict[str, Operation[list[int]]] = {}
+        self.asked: dict[str, tuple[Operation[list[int]], TokenCounter, list[str]]] = {}
+        self._then: dict[str, Callable[[], object]] = {}
         self._settling: set[str] = set()
 
     def counted(self, counter: TokenCounter, key: str, texts: Sequence[str], then: Callable[[], object]) -> bool:
         """Whether every text of ``texts`` is counted now (``counter.known`` gives each); if not, they are counted
-        on a worker and ``then`` runs on the GUI thread after, unless a newer ask of ``key`` came meanwhile."""
+        on a worker and ``then`` runs on the GUI thread after, unless a newer ask of ``key`` for other texts came
+        meanwhile. The same texts asked again while they are counted wait for that count (a view drawn again
+        meanwhile started a second worker on the same 1 MB)."""
         if key in self._settling:  # its ``then`` asks again: no second round (texts the memory dropped meanwhile,
             return True            # past its bound, stay "counting…" rather than be counted for ever)
         if counter.count_if_cheap(texts):
             self._drop(key)
             return True
-        self._drop(key)
+        self._then[key] = then
         wanted = list(texts)
-        operation = self.asked[key] = run_blocking(f"Counting tokens ({key})", lambda: counter.count_all(wanted),
-                                                   parent=self)
+        if key in self.asked and self.asked[key][1] == counter and self.asked[key][2] == wanted:
+            return False
+        self._drop(key)
+        operation = run_blocking(f"Counting tokens ({key})", lambda: counter.count_all(wanted), parent=self)
+        self.asked[key] = (operation, counter, wanted)
 
         def done(_counts: list[int]) -> None:
-            if self.asked.get(key) is operation:
+            if key in self.asked and self.asked[key][0] is operation:
                 del self.asked[key]
                 self._settling.add(key)
                 try:
-                    then()
+                    self._then.pop(key)()
                 finally:
                     self._settling.discard(key)
 
@@ -228,11 +234,11 @@ class TokenCounts(QObject):
 
     def _drop(self, key: str) -> None:
         if (older := self.asked.pop(key, None)) is not None:
-            older.cancel()  # its counts are remembered all the same; only its ``then`` is dropped
+            older[0].cancel()  # its counts are remembered all the same; only its ``then`` is dropped
 
     def _failed(self, key: str, operation: Operation[list[int]], exc: Exception) -> None:
         """The tokenizer can't be read or encode: the counts stay "counting…", said in the log (the engine, which
         reads the same tokenizer, fails louder)."""
-        if self.asked.get(key) is operation:
+        if key in self.asked and self.asked[key][0] is operation:
             del self.asked[key]
         log.warning("tokens can't be counted (%s): %s", key, exc)
