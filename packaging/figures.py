@@ -682,6 +682,8 @@ def render_hostile(r: Results) -> str:
         out += "\n" + "\n".join(notes) + "\n"
     before, after = report["load_average_1min"]
     note = f"1-minute load average {num(before)} before the run, {num(after)} after"
+    if report.get("display"):
+        note = f"windows on {report['display']}; {note}"
     return out + "\n" + measured({**report, "note": note})
 
 

@@ -16,13 +16,14 @@ from PySide6.QtWidgets import QInputDialog, QMessageBox, QWidget
 
 from app.core.chat.conversation import Conversation
 from app.core.chat.history_search import SearchHit
-from app.core.steering.kept_thinking import KeepSwitch, keep_switches, toggle
+from app.core.steering.kept_thinking import KeepSwitch, counted_texts, keep_switches, toggle
 from app.ui.chat.attachments_bar import branch_tokens, model_counter
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.gauges import GaugeBar
 from app.ui.chat.panes import PromptEdit
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
+from app.ui.controllers.operations import TokenCounts
 
 STEPS = {"prev": -1, "next": +1}
 
@@ -43,6 +44,7 @@ class ConversationActions(QObject):
         self.question_edit = session.question_edit
         chat_view.turn_action.connect(self.on_turn_action)
         chat_view.keep_switches = self.keep_switches
+        self.counts = TokenCounts(self)  # the switches' and the gauge's, off the GUI thread when long
 
     def rename(self) -> None:
         title, ok = QInputDialog.getText(self.parent_widget, "Rename conversation", "Title:",
@@ -74,9 +76,13 @@ class ConversationActions(QObject):
         """Each earlier turn's "keep its thinking" switch, its cost in the model's tokens and the context left."""
         settings = self.controller.settings
         ready = self.controller.bridge.ready
+        if not any(turn.thinking.strip() for turn in conversation.turns[:-1]):
+            return [None] * len(conversation.turns)  # no switch: nothing to count
         counter = model_counter(settings)
         context = ready.max_model_len if ready is not None else settings.engine.max_model_len
-        return keep_switches(conversation, counter.count, context, estimate=not counter.exact)
+        # Not counted yet (a reopened chat's long answer, the tokenizer not read): "counting tokens…" until it is.
+        self.counts.counted(counter, "switches", counted_texts(conversation), self.chat_view.redraw_thread)
+        return keep_switches(conversation, counter.known, context, estimate=not counter.exact)
 
     def toggle_keep_thinking(self, index: int) -> None:
         """Whether later prompts hold this turn's thinking; kept with the turn, shown, and counted in the gauge."""
@@ -137,5 +143,7 @@ class ConversationActions(QObject):
         if not controller.engine_ready or controller.bridge.ready is None:
             return
         counter = model_counter(controller.settings)
-        self.gauges.show_context(branch_tokens(self.store.conversation, counter),
+        conversation = self.store.conversation
+        counted = self.counts.counted(counter, "gauge", counted_texts(conversation), self.show_context)
+        self.gauges.show_context(branch_tokens(conversation, counter) if counted else None,
                                  controller.bridge.ready.max_model_len, estimate=not counter.exact)

@@ -30,7 +30,7 @@ from app.core.settings.settings import Settings
 from app.engine.base import EngineBase
 from app.engine.events import EngineReady, Finished, StatusChanged
 from app.ui.actions import WindowMenus, WindowParts
-from app.ui.chat.attachments_bar import AttachmentsBar, context_fit, model_counter
+from app.ui.chat.attachments_bar import AttachmentsBar, model_counter
 from app.ui.chat.chat_view import ChatView
 from app.ui.chat.conversation_list import ConversationList
 from app.ui.chat.gauges import GaugeBar
@@ -194,9 +194,9 @@ class MainWindow(QMainWindow):
             return  # a PDF still being read: the bar says so, and the question stays
         if self.attachments.attachments:
             question = self.attachments.question(text)
-            fit = context_fit(self.controller.settings, self.session.conversation, question, self.attachments.counter)
-            if not fit.fits:  # refused before anything is sent; the question and the files stay
-                self.banner.show_problem("The files don't fit the context", fit.refusal(self.attachments.tokens()))
+            refusal = await self.attachments.refusal(self.controller.settings, self.session.conversation, question)
+            if refusal is not None:  # refused before anything is sent; the question and the files stay
+                self.banner.show_problem("The files don't fit the context", refusal)
                 return
             text = question
         conversation = self.session.conversation  # the chat's collections' passages, looked up off the GUI thread

@@ -93,3 +93,29 @@ def test_import_adds_chats_and_a_bad_file_changes_nothing(tmp_path: Path) -> Non
     assert "Traceback" not in refused.stderr
     with sqlite3.connect(history_path()) as db:
         assert db.execute("SELECT count(*) FROM conversations").fetchone()[0] == 3
+
+
+def test_import_of_hostile_files_says_each_step_and_ends_with_a_result_or_a_message(tmp_path: Path) -> None:
+    """Hostile inputs, through the CLI (it shares the window's reader): a FIFO named like a JSON file, a link to
+    /dev/zero, 100,000 ``[``, and a 16,000-turn chat. Bugs it would catch: the CLI blocking for ever on the FIFO or
+    reading /dev/zero until the memory ran out (the reader's regular-file and size checks bypassed), a traceback
+    instead of a message, or a long import that printed nothing until it ended (it looked hung)."""
+    import os
+
+    from app.commands.hostile import inputs
+
+    fifo = tmp_path / "chats.json"
+    os.mkfifo(fifo)
+    zeros = tmp_path / "zeros.json"
+    zeros.symlink_to("/dev/zero")
+    for path, problem in ((fifo, "not a regular file"), (zeros, "not a regular file"),
+                          (inputs.open_brackets(tmp_path), "is not JSON")):
+        refused = nalar("import", str(path))  # its timeout (120 s) fails a hang
+        assert refused.returncode == 1 and problem in refused.stderr and "Nothing was imported" in refused.stderr, \
+            refused.stderr
+        assert "Traceback" not in refused.stderr
+    long = nalar("import", str(inputs.linear_chat(tmp_path)))
+    assert long.returncode == 0 and "(16000 turns)" in long.stdout, long.stderr
+    steps = long.stderr.splitlines()
+    assert steps[:2] == ["Importing long-chat.json: reading and checking it…",
+                         "Importing long-chat.json: storing 1 conversation(s), 16,000 turns…"], steps

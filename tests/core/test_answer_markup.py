@@ -82,3 +82,12 @@ def test_export_writes_every_formula_as_markdown_maths() -> None:
     assert "So $x\\,y$ and" in exported
     assert "$$\\begin{pmatrix}1 \\\\ 2\\end{pmatrix}$$" in exported
     assert "`\\(code\\)` stays, and $5 too." in exported
+
+
+def test_dollars_in_a_tilde_fence_after_the_first_line_are_code_not_maths() -> None:
+    """Bug caught: ``_FENCE``'s ``^`` (no re.MULTILINE) matched only at the text's first character, so a ``~~~``
+    fence anywhere later was not seen: the shell's ``$HOME $PATH`` inside it and the answer's text after it
+    became one mangled formula. (A ``` fence hid the bug: the backtick rule skips it on its own.)"""
+    text = "Shell:\n~~~\necho $HOME $PATH\n~~~\nand $x$ after it"
+    assert formulas(text) == [Formula("x", False)]
+    assert formulas("Shell:\n  ~~~~ sh\nx=$a$b\n  ~~~~\n") == []

@@ -139,27 +139,31 @@ def test_repo_without_safetensors_is_refused(tmp_path, hub: LocalHub) -> None:
 
 
 def test_nalar_download_interrupted_then_rerun_resumes_in_a_new_process(hub: LocalHub, tmp_path) -> None:
-    """Resume after a real restart: Ctrl-C ends the first process, a second one asks for the rest."""
+    """Resume after a real restart: Ctrl-C ends the first process, a second one asks for the rest.
+
+    The hub holds the body at 24 MB until the first process has ended, so the Ctrl-C surely lands mid-download:
+    with a throttle alone, the first process sometimes finished (exit 0) before the signal, on a busy machine."""
     env = dict(os.environ, HF_ENDPOINT=hub.endpoint)  # read fresh by the new process, as a user would set it
     command = [sys.executable, "-m", "app", "download", REPO, "--use"]
-    hub.throttle_bytes_per_s = 20e6
+    hub.hold_at_bytes = 24_000_000
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         partial_dir = download_dir(REPO) / PARTIAL_DIR
         deadline = time.monotonic() + 120
-        while not any(p.stat().st_size > 20e6 for p in partial_dir.glob("model.safetensors.*")):
+        while not (hub.held.is_set() and any(p.stat().st_size > 20e6 for p in partial_dir.glob("model.safetensors.*"))):
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()
             time.sleep(0.1)  # ok-sleep: watching another process's file grow
         first.send_signal(signal.SIGINT)
         out, err = first.communicate(timeout=60)
-    finally:  # a failed wait must not leave the download running
+    finally:  # a failed wait must not leave the download running, nor the hub holding
+        hub.release.set()
         if first.poll() is None:
             first.kill()
             first.communicate()
+    hub.hold_at_bytes = None
     assert first.returncode == 130 and "Run the same command to resume" in err, err
     kept = next(partial_dir.glob("model.safetensors.*")).stat().st_size
 
-    hub.throttle_bytes_per_s = None
     second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     folder = download_dir(REPO)

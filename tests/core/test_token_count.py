@@ -41,14 +41,36 @@ def test_a_text_counted_again_is_not_encoded_again(monkeypatch) -> None:
     encoded: list[str] = []
 
     class Counting:
-        def encode(self, text: str, add_special_tokens: bool = False):  # type: ignore[no-untyped-def]
-            encoded.append(text)
-            return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        def encode_batch(self, texts: list[str], add_special_tokens: bool = False):  # type: ignore[no-untyped-def]
+            encoded.extend(texts)
+            return tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
 
     monkeypatch.setattr(token_count, "_tokenizer", lambda path: Counting())
-    token_count._exact_count.cache_clear()
+    token_count.forget_counts()
     counter = token_count.TokenCounter(tokenizer_file)
     text = "An answer of some length, counted on every send. " * 20
     assert counter.count(text) == counter.count(text) == len(tokenizer.encode(text, add_special_tokens=False).ids)
-    assert encoded == [text]
-    token_count._exact_count.cache_clear()
+    assert counter.count_all([text, "new", text]) == [counter.count(text), 1, counter.count(text)]
+    assert encoded == [text, "new"]
+    token_count.forget_counts()
+
+
+def test_the_gui_thread_may_count_only_short_texts_and_only_once_the_tokenizer_is_read() -> None:
+    """Bugs caught: the first count read tokenizer.json on the GUI thread (184 ms in ``nalar bench hostile``), and a
+    1 MB attachment or a reopened chat's long answer was encoded there (0.8-1 s); ``cheap`` is what the window asks
+    before counting on its own thread."""
+    from app.core.models import token_count
+
+    token_count.forget_counts()
+    counter = counter_for(require_embedded_model())
+    assert not counter.cheap(["hi"]), "the tokenizer is not read yet: reading it is a worker's"
+    assert counter.known("hi") is None
+    counter.count("warm")  # as a worker reads it
+    assert counter.cheap(["hi"] * token_count.SYNC_TEXTS)
+    assert not counter.cheap(["x" * (token_count.SYNC_CHARS + 1)]), "a long text is a worker's"
+    assert not counter.cheap([f"turn {n}" for n in range(token_count.SYNC_TEXTS + 1)]), "so are many short ones"
+    long_text = "$5 " * 100_000
+    count = counter.count(long_text)
+    assert counter.known(long_text) == count and counter.cheap([long_text]), "counted once, it costs nothing"
+    assert counter_for(None).cheap([long_text]) and counter_for(None).known(long_text) is not None
+    token_count.forget_counts()

@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, unquote, urlencode
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CHUNK = 64 * 1024
+HOLD_LIMIT_S = 300  # a held body goes on after this even unreleased: a failed test must not leave a thread waiting
 
 
 @dataclass
@@ -152,6 +153,11 @@ class LocalHub:
         self.throttle_bytes_per_s: float | None = None
         self.page_size = 1000  # the hub's page of search results; tests lower it to see the Link header followed
         self.searches: list[dict[str, list[str]]] = []  # each /api/models query as parsed, for tests to check
+        # A body stops once this many bytes of its file are sent, until ``release`` is set: a test can then act on
+        # a download that is surely under way (``held`` says the hub got there), whatever the machine's speed.
+        self.hold_at_bytes: int | None = None
+        self.held = threading.Event()
+        self.release = threading.Event()
         self.lock = threading.Lock()
         hub = self
 
@@ -306,6 +312,9 @@ class LocalHub:
                     record.bytes_sent += len(block)
                     if self.throttle_bytes_per_s:
                         time.sleep(len(block) / self.throttle_bytes_per_s)  # ok-sleep: simulates a slow network
+                    if self.hold_at_bytes is not None and start + record.bytes_sent >= self.hold_at_bytes:
+                        self.held.set()
+                        self.release.wait(HOLD_LIMIT_S)
         except (BrokenPipeError, ConnectionResetError):
             request.close_connection = True  # the client cancelled
 

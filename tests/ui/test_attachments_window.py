@@ -81,7 +81,7 @@ def test_the_models_tokenizer_is_read_off_the_gui_thread_once_the_engine_is_read
         return original(path)
 
     monkeypatch.setattr(token_count, "_tokenizer", read)
-    token_count._exact_count.cache_clear()
+    token_count.forget_counts()
     window = make_window(ScriptedEngineDouble([Script(["an answer"])]))
     wait_ready(qtbot, window)
     qtbot.waitUntil(lambda: bool(first_read_on), timeout=10_000)

@@ -78,14 +78,20 @@ def _chosen(conversations: list[Conversation], conversation_id: str | None,
 
 
 def run_import(file: str) -> int:
-    """Read and check the whole file first: a bad one is named and nothing is stored."""
+    """Read and check the whole file first: a bad one is named and nothing is stored. Each step says what it does on
+    stderr, as the window's status bar does: the largest file allowed (64 MiB, about a million turns) takes minutes,
+    and a terminal that shows nothing meanwhile looks hung."""
+    path = Path(file)
+    print(f"Importing {path.name}: reading and checking it…", file=sys.stderr, flush=True)
     try:
-        imported = read_import(Path(file))
+        imported = read_import(path)
     except ImportProblem as problem:
         print(f"{problem}\nNothing was imported.", file=sys.stderr)
         return 1
     if (store := _open()) is None:
         return 1
+    print(f"Importing {path.name}: storing {len(imported.conversations)} conversation(s), {imported.turns:,} turns…",
+          file=sys.stderr, flush=True)
     try:
         store.add_conversations(imported.conversations)
     finally:

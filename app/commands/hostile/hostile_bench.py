@@ -39,8 +39,15 @@ def bench_hostile(only: Sequence[str] | None = None) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
     load.append(round(os.getloadavg()[0], 2))
     return {"benchmark": "hostile", "machine": machine_description(), "date": time.strftime("%Y-%m-%d %H:%M"),
-            "load_average_1min": load, "cases": [result.to_dict() for result in results],
+            "load_average_1min": load, "display": _display(), "cases": [result.to_dict() for result in results],
             "goal": {"stall_ms": GOAL_STALL_MS}}
+
+
+def _display() -> str:
+    """Where the windows were drawn: Qt's offscreen platform, or an X server (Xvfb under ``xvfb-run``)."""
+    if os.environ.get("QT_QPA_PLATFORM", "").startswith("offscreen"):
+        return "Qt's offscreen platform"
+    return f"X display {os.environ['DISPLAY']}" if os.environ.get("DISPLAY") else "a Wayland display"
 
 
 def _line(result: CaseResult) -> str:

@@ -28,7 +28,7 @@ COPY_SCHEME = "nalar-copy"  # nalar-copy:N, the Nth code block's copy button
 MATH_SCHEME = "nalar-math"  # nalar-math:KEY, a formula's image resource (Formula.key)
 CITE_SCHEME = "nalar-cite"  # nalar-cite:N, the turn's Nth knowledge source (a Link's href, never written as one)
 _CITATION = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")  # [1], [2, 3]
-_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
+_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})", re.MULTILINE)  # ^ at each line: match(text, i) starts mid-text
 _PLACEHOLDER = re.compile(f"{MATH_OPEN}(\\d+){MATH_CLOSE}")
 _FORMATTER = HtmlFormatter(nowrap=True, noclasses=True, style="friendly")
 

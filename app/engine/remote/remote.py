@@ -30,6 +30,7 @@ from app.engine.base import EngineBase, EventSink, Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, EngineReady, FinishReason
 from app.engine.remote.answers import StreamedCalls, served_context, served_models
+from app.engine.remote.capped import CappedTransport, failure_inside
 from app.engine.remote.continuation import NO_TOKENIZE, ServerContinuation, family_refusal
 from app.engine.reply.reasoning import RemoteReplySplitter, Split, think_start_for_model
 from app.engine.reply.stream import Phase, ReplyStream
@@ -92,7 +93,8 @@ class RemoteEngine(EngineBase):
         await self.shutdown()
         self._status("loading", f"connecting to {self.profile.base_url}…", 0.2)
         timeout = openai.Timeout(None, connect=self.first_token_timeout_s)
-        client = AsyncOpenAI(base_url=self.profile.base_url, api_key=self._api_key, max_retries=0, timeout=timeout)
+        client = AsyncOpenAI(base_url=self.profile.base_url, api_key=self._api_key, max_retries=0, timeout=timeout,
+                             http_client=openai.DefaultAsyncHttpxClient(transport=CappedTransport()))
         try:
             models = await asyncio.wait_for(client.models.list(), self.first_token_timeout_s)
             served = served_models(models.data, self.profile.base_url)
@@ -258,8 +260,8 @@ class RemoteEngine(EngineBase):
 def endpoint_failure(exc: BaseException, profile: EndpointProfile, model: str, timeout_s: float) -> EngineFailure:
     """What the openai client (or httpx) raised, as a failure that names the endpoint and the fix."""
     url, name = profile.base_url, profile.name
-    if isinstance(exc, EngineFailure):
-        return exc
+    if (capped := failure_inside(exc)) is not None:  # an answer past its cap, or one Nalar can't use
+        return capped
     if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
         return EngineFailure(FailureKind.TIMEOUT,
                              f"{url} (profile “{name}”) did not answer within {timeout_s:g} s.",

@@ -57,7 +57,10 @@ DRAWN_KEPT = 4096
 RENDER_BUDGET = 6000
 # The most finished text one refresh commits: a reopened 1 MB answer (or what a fast stream delivered during a slow
 # refresh) is committed over several refreshes instead of holding the window for seconds in one.
-COMMIT_BUDGET = 32_000
+# 32,000 held it 0.2 s a refresh on the busy 2-core machine (Qt's layout of the inserted blocks as much as the
+# Markdown); 12,000 keeps a refresh well under 100 ms there, and a backlog refreshes every BACKLOG_REFRESH_MS.
+COMMIT_BUDGET = 12_000
+BACKLOG_REFRESH_MS = 25  # text left by the budget is committed in the next refreshes, soon, the loop free between
 _IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
 
 
@@ -415,6 +418,7 @@ class AnswerPane(QFrame):
             spent += size
         if at_bottom:
             bar.setValue(bar.maximum())
+        self._render_timer.setInterval(BACKLOG_REFRESH_MS if self._dirty else MARKDOWN_REFRESH_MS)
         if self._dirty and not self._render_timer.isActive():  # text left for the next refreshes
             self._render_timer.start()
 

@@ -23,9 +23,9 @@ from app.core.chat.pdf_text import Cancellation
 from app.core.models.embedded_model import embedded_model_dir
 from app.core.models.token_count import ContextFit, TokenCounter, counter_for
 from app.core.settings.settings import LOCAL_PROFILE, Settings
-from app.core.steering.kept_thinking import think_block
+from app.core.steering.kept_thinking import counted_texts, think_block
 from app.engine.events import EngineReady
-from app.ui.controllers.operations import Operation, run_blocking
+from app.ui.controllers.operations import COUNTING, Operation, TokenCounts, run_blocking
 
 FILES_TIP = "Attach text, code, Markdown, CSV or PDF files (or drop or paste them on the prompt)."
 FILE_FILTER = "Text, code, Markdown, CSV, PDF or images (*.png *.jpg *.jpeg *.webp *.gif *.txt *.md *.py *.js *.ts " \
@@ -127,6 +127,8 @@ class AttachmentsBar(QWidget):
         self.images: list[ImagePart] = []
         self.image_refusal: str | None = "Images need a vision model, and none is loaded."  # None: images go in
         self.counter = counter_for(None)
+        self.checking = False  # a send's files being counted
+        self.counts = TokenCounts(self)  # a long file's tokens, counted off the GUI thread
         self.pdfs = PdfReadings(self)
         self.pdfs.read.connect(self._pdf_read)
         self.pdfs.refused.connect(self.refused)
@@ -179,7 +181,10 @@ class AttachmentsBar(QWidget):
         self._show()
 
     def still_reading(self) -> bool:
-        """Whether a PDF is still being read; if so, says so (a question sent now would go without it)."""
+        """Whether a PDF is still being read (if so, says so: a question sent now would go without it), or a send's
+        files are being counted (that send goes on once they are)."""
+        if self.checking:
+            return True
         if self.pdfs.reading is not None:
             self.refused.emit(f"{self.pdfs.reading.name} is still being read: the question waits for it",
                               "Send again once its chip shows, or Cancel its reading to send without it.")
@@ -207,6 +212,19 @@ class AttachmentsBar(QWidget):
     def tokens(self) -> int:
         return sum(self.counter.count(a.text) for a in self.attachments)
 
+    async def refusal(self, settings: Settings, conversation: Conversation, question: str) -> str | None:
+        """Why ``question`` (with the files) can't go in the context, or None. Counted on a worker when not cheap
+        (a 1 MB file: 0.8 s), so the window is free meanwhile; ``checking`` says so, and a second send waits."""
+        counter, texts = self.counter, [*counted_texts(conversation), question, *(a.text for a in self.attachments)]
+        if not counter.cheap(texts):
+            self.checking = True
+            try:
+                await run_blocking("Counting the question's tokens", lambda: counter.count_all(texts), parent=self)
+            finally:
+                self.checking = False
+        fit = context_fit(settings, conversation, question, counter)
+        return None if fit.fits else fit.refusal(self.tokens())
+
     def question(self, text: str) -> str:
         return question_with_files(text, self.attachments)
 
@@ -216,6 +234,7 @@ class AttachmentsBar(QWidget):
             widget = item.widget() if item is not None else None
             if widget is not None:
                 widget.deleteLater()
+        self.counts.counted(self.counter, "chips", [attached.text for attached in self.attachments], self._show)
         chips: list[Attachment | ImagePart] = [*self.attachments, *self.images]
         for index, attached in enumerate(chips):
             self._row.insertWidget(1 + index, self._chip(index, attached))
@@ -230,8 +249,9 @@ class AttachmentsBar(QWidget):
         if isinstance(attached, ImagePart):
             return (f"{attached.name} · {_size(len(attached.data))} · {attached.width}×{attached.height} px · "
                     "tokens counted by the model")
-        tokens = self.counter.count(attached.text)
-        return f"{attached.name} · {_size(attached.size_bytes)} · {'' if self.counter.exact else '≈'}{tokens:,} tokens"
+        tokens = self.counter.known(attached.text)
+        counted = COUNTING if tokens is None else f"{'' if self.counter.exact else '≈'}{tokens:,} tokens"
+        return f"{attached.name} · {_size(attached.size_bytes)} · {counted}"
 
     def _chip(self, index: int, attached: Attachment | ImagePart) -> QWidget:
         remove = QToolButton()

@@ -8,26 +8,23 @@ thinking goes on in the thinking pane after a marker.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
-from app.core.chat.conversation import Conversation, ToolRound, Turn
+from app.core.chat.conversation import Conversation, ToolRound
 from app.core.chat.reply import AFTER_TOOLS, LoopNote, Reply, ReplyState
 from app.core.steering.kept_thinking import KeepSwitch
 from app.core.steering.thinking_pause import PauseState, ThinkingPause
 from app.ui.chat.answer_view import AnswerDocument, AnswerPane
 from app.ui.chat.panes import ThinkingPane
-from app.ui.chat.tool_cards import STATUS_TEXT, ToolCallsPanel
+from app.ui.chat.thread.markup import TURN_ACTIONS, TURN_SCHEME
+from app.ui.chat.thread.pages import ThreadPages
+from app.ui.chat.tool_cards import ToolCallsPanel
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's "no maximum" for widget sizes
 THREAD_REDRAW_MS = 150  # formulas drawn within this share one render of the thread
-TURN_SCHEME = "nalar-turn"  # nalar-turn:INDEX/ACTION, a link on the shown turn at INDEX (never model text)
-TURN_ACTIONS = ("prev", "next", "edit", "fork", "delete", "keep")
 
 
 class ChatView(QWidget):
@@ -46,11 +43,11 @@ class ChatView(QWidget):
         self.transcript.setObjectName("Transcript")
         self.transcript_document = AnswerDocument(self.transcript, self._redraw_thread)  # answers, maths, links
         self._thread_redraw = QTimer(self, singleShot=True, interval=THREAD_REDRAW_MS)
-        self._thread_redraw.timeout.connect(self._redraw_thread_now)
-        self._conversation: Conversation | None = None
-        self._shown: tuple[str, list[Turn]] | None = None  # (conversation id, the turns) the transcript shows
+        self._thread_redraw.timeout.connect(self.redraw_thread)
         # Each earlier turn's "keep its thinking" switch with its cost (set by the window; none: no switches)
         self.keep_switches: Callable[[Conversation], list[KeepSwitch | None]] | None = None
+        self.pages = ThreadPages(self.transcript, self.transcript_document, lambda conversation: (
+            self.keep_switches(conversation) if self.keep_switches is not None else [None] * len(conversation.turns)))
         self.reply = Reply()  # until ``observe`` gives the session's
         self.thinking_pane = ThinkingPane(source=lambda: self.reply.trace)
         self.answer_pane = AnswerPane(source=lambda: self.reply.answer)
@@ -72,7 +69,11 @@ class ChatView(QWidget):
 
     def _on_anchor(self, url: QUrl) -> None:
         index, _, action = url.path().partition("/")
-        if url.scheme() == TURN_SCHEME and index.isdigit() and action in TURN_ACTIONS:
+        if url.scheme() == TURN_SCHEME and action == "earlier":
+            self.pages.earlier()
+        elif url.scheme() == TURN_SCHEME and action == "latest":
+            self.pages.newest()
+        elif url.scheme() == TURN_SCHEME and index.isdigit() and action in TURN_ACTIONS:
             self.turn_action.emit(int(index), action)
 
     def observe(self, reply: Reply) -> None:
@@ -125,30 +126,13 @@ class ChatView(QWidget):
         self.render_thread(conversation)
 
     def render_thread(self, conversation: Conversation) -> None:
-        """Earlier turns in full, then the question the panes below answer.
+        """Earlier turns in full (their newest page: ``ThreadPages``), then the question the panes below answer.
 
         A new question in the conversation shown appends the previous reply and the question: rendering
         the whole thread again cost 85 ms for 30 turns of 500-word answers, and grew with the thread.
         """
-        turns = conversation.turns
-        self._conversation = conversation
-        places = conversation.branch_places()
-        switches = self.keep_switches(conversation) if self.keep_switches is not None else [None] * len(turns)
-        if len(turns) >= 2 and self._shows_all_but_last(conversation):
-            cursor = QTextCursor(self.transcript.document())
-            cursor.movePosition(QTextCursor.MoveOperation.End)
-            cursor.insertBlock()  # as setHtml ends a table: the reply starts below it
-            cursor.insertHtml(_reply(turns[-2], self.transcript_document, switches[-2])
-                              + _question(turns[-1], len(turns) - 1, places[-1]))
-        else:
-            self.transcript_document.clear()
-            parts = [_question(turn, i, places[i]) + _reply(turn, self.transcript_document, switches[i])
-                     for i, turn in enumerate(turns[:-1])]
-            if turns:
-                parts.append(_question(turns[-1], len(turns) - 1, places[-1]))
-            self.transcript.setHtml("".join(parts))
-        self._shown = (conversation.id, list(turns))
-        self.transcript.setVisible(bool(turns))  # no empty box above a new conversation
+        self.pages.render(conversation)
+        self.transcript.setVisible(bool(conversation.turns))  # no empty box above a new conversation
         bar = self.transcript.verticalScrollBar()
         bar.setValue(bar.maximum())
         # The thread takes what it needs, up to 40% of the height; the live reply keeps the rest.
@@ -157,27 +141,22 @@ class ChatView(QWidget):
         top = max(40, min(needed, int(total * 0.4)))
         self.thread_split.setSizes([top, total - top])
 
-    def _shows_all_but_last(self, conversation: Conversation) -> bool:
-        """The transcript shows this branch but its new last question (a send), not another branch as long."""
-        if self._shown is None or self._shown[0] != conversation.id:
-            return False
-        shown, turns = self._shown[1], conversation.turns
-        return len(shown) == len(turns) - 1 and all(a is b for a, b in zip(shown, turns, strict=False))
-
     def scroll_to_turn(self, index: int) -> None:
-        """The thread scrolled to the question of the shown turn at ``index`` (a search result's)."""
+        """The thread scrolled to the question of the shown turn at ``index`` (a search result's), drawn first if
+        it is not on the pages drawn."""
+        self.pages.reveal(index)
         self.transcript.scrollToAnchor(f"turn-{index}")
 
     def _redraw_thread(self, _key: str) -> None:
-        """A formula in the thread was drawn: the thread again, whole, once for the formulas drawn meanwhile
-        (one render per formula made a long maths thread quadratic)."""
+        """A formula in the thread was drawn: the thread again, once for the formulas drawn meanwhile (one render
+        per formula made a long maths thread quadratic)."""
         if not self._thread_redraw.isActive():
             self._thread_redraw.start()
 
-    def _redraw_thread_now(self) -> None:
-        if self._conversation is not None:
-            self._shown = None
-            self.render_thread(self._conversation)
+    def redraw_thread(self) -> None:
+        """The thread drawn again, as it is (its formulas drawn, its token counts counted meanwhile)."""
+        if self.pages.conversation is not None:
+            self.render_thread(self.pages.conversation)
 
     def set_backend(self, backend: str) -> None:
         self.answer_pane.header.setText(f"Answer · via {backend}" if backend else "Answer")
@@ -226,63 +205,3 @@ class ChatView(QWidget):
         header = pane.sizeHint().height() if folded else total // 2
         cards = (total - header) // 2 if self.tool_panel.isVisible() else 0  # the calls share the rest
         self.live_split.setSizes([header, cards, total - header - cards])
-
-
-def _text(text: str) -> str:
-    return html.escape(text).replace("\n", "<br>")
-
-
-def _turn_link(index: int, action: str, text: str) -> str:
-    return f'<a href="{TURN_SCHEME}:{index}/{action}" style="text-decoration: none">{text}</a>'
-
-
-def _navigator(index: int, place: int, count: int) -> str:
-    """ "◀ 2/3 ▶" for a turn with other tries; an arrow at the end of the tries is greyed, not a link."""
-    if count < 2:
-        return ""
-    back = _turn_link(index, "prev", "◀") if place > 0 else '<span style="color: #a0a8b8">◀</span>'
-    forward = _turn_link(index, "next", "▶") if place < count - 1 else '<span style="color: #a0a8b8">▶</span>'
-    return f"&nbsp;&nbsp;&nbsp;{back}&nbsp;{place + 1}/{count}&nbsp;{forward}"
-
-
-def _question(turn: Turn, index: int, place: tuple[int, int]) -> str:
-    """The question with its links: its tries' navigator and Edit. The user's text is escaped; links are ours."""
-    links = "&nbsp;&nbsp;&nbsp;<small>" + " · ".join(
-        _turn_link(index, action, text) for action, text in (
-            ("edit", "Edit"), ("fork", "New chat from here"), ("delete", "Delete branch"))) + "</small>"
-    return (f'<a name="turn-{index}"></a><table width="100%" cellpadding="6" style="margin-top: 6px"><tr>'
-            f'<td bgcolor="#e3eaf6"><span style="color: #1b2a44"><b>You</b>{_navigator(index, *place)}{links}<br>'
-            f'{_text(turn.user)}'
-            f'</span></td></tr></table>')
-
-
-def _tool_calls(turn: Turn) -> str:
-    """Each call in one escaped line: the tool, its arguments, and how it ended with the start of its result."""
-    lines = []
-    for tool_round in turn.tool_rounds:
-        for call in tool_round.calls:
-            result = " ".join(call.result.split())
-            result = result[:160] + ("…" if len(result) > 160 else "")
-            lines.append(f"⚙ <b>{html.escape(call.name)}</b> <code>{html.escape(call.arguments[:200])}</code> · "
-                         f"{html.escape(STATUS_TEXT.get(call.status, call.status))}: {html.escape(result)}")
-    return (f'<p style="color: #5b4d23"><small>{"<br>".join(lines)}</small></p>') if lines else ""
-
-
-def _reply(turn: Turn, document: AnswerDocument, switch: KeepSwitch | None = None) -> str:
-    note = "" if turn.finish_reason in (None, "stop") else f" <i>({html.escape(turn.finish_reason)})</i>"
-    if turn.backend:
-        note = f" <small>via {html.escape(turn.backend)}</small>{note}"
-    if turn.thinking_edits:
-        note += f' <small style="color: #1f5f99">✎ thinking edited by you ({len(turn.thinking_edits)}×)</small>'
-    if switch is not None:  # our own words and figures, not model text
-        note += f"&nbsp;&nbsp;&nbsp;<small>{_turn_link(switch.index, 'keep', html.escape(switch.label))}</small>"
-    return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}</p>{document.html(turn.answer)}{_sources(turn)}"
-
-
-def _sources(turn: Turn) -> str:
-    """An earlier answer's sources, one escaped line each (the one shown last lists them, as links, under it)."""
-    if turn.knowledge is None or not turn.knowledge.sources:
-        return ""
-    lines = [f"[{n}] {html.escape(Path(s.path).name)}" + (f" · {html.escape(s.place)}" if s.place else "")
-             for n, s in enumerate(turn.knowledge.sources, 1)]
-    return f'<p style="color: #57606a"><small>Sources: {" · ".join(lines)}</small></p>'

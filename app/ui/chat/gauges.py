@@ -197,11 +197,13 @@ class GaugeBar(QFrame):
         self.tok_s = metrics.thinking_tok_s if metrics.phase == "thinking" else metrics.answer_tok_s
         self.sparkline.add(self.tok_s)
 
-    def show_context(self, tokens: int, max_model_len: int, *, estimate: bool) -> None:
-        """What the branch shown holds (the model reads it next), counted here, not reported by a request."""
+    def show_context(self, tokens: int | None, max_model_len: int, *, estimate: bool) -> None:
+        """What the branch shown holds (the model reads it next), counted here, not reported by a request; None:
+        still being counted (a long chat just opened)."""
         self.context_bar.setRange(0, max(1, max_model_len))
-        self.context_bar.setValue(min(tokens, max_model_len))
-        self.context_bar.setFormat(("≈" if estimate else "") + context_text(tokens, max_model_len))
+        self.context_bar.setValue(min(tokens or 0, max_model_len))
+        self.context_bar.setFormat("counting tokens…" if tokens is None else
+                                   ("≈" if estimate else "") + context_text(tokens, max_model_len))
 
     def _show_speculation(self, shown: bool) -> None:
         """Only an engine that speculates has this gauge."""

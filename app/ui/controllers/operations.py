@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -24,6 +24,7 @@ import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal
 
 from app.core.loop_thread import LoopThread
+from app.core.models.token_count import TokenCounter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -176,3 +177,68 @@ def run_on(loop_thread: LoopThread, what: str, coro: Coroutine[Any, Any, T],
            parent: QObject | None = None) -> Operation[T]:
     """Run ``coro`` on ``loop_thread``'s loop (the engine's, the tool servers')."""
     return runner().start(Operation(what, loop_thread.submit(coro), parent))
+
+
+# ---- token counts: the runner's keyed use ----------------------------------------------------------------------
+# Token counts the window shows (a file's chip, the keep-thinking switches, the context gauge, a send's fit) are
+# counted off the GUI thread when they are not cheap. Counting the tokens of a 1 MB attachment held the window 0.8 s,
+# those of a reopened chat's long answer 1 s, and the first count read tokenizer.json (0.2 s), all on the GUI thread.
+# A view asks ``TokenCounts.counted``: texts cheap to count (``TokenCounter.cheap``) are counted at once; others go to
+# a worker, the view shows "counting tokens…", and its ``then`` runs once they are counted, to draw again. The newest
+# ask of a kind (``key``) replaces an older one still running, whose result is dropped.
+COUNTING = "counting tokens…"
+
+
+class TokenCounts(QObject):
+    """One view's counts under way, by kind."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.asked: dict[str, tuple[Operation[list[int]], TokenCounter, list[str]]] = {}
+        self._then: dict[str, Callable[[], object]] = {}
+        self._settling: set[str] = set()
+
+    def counted(self, counter: TokenCounter, key: str, texts: Sequence[str], then: Callable[[], object]) -> bool:
+        """Whether every text of ``texts`` is counted now (``counter.known`` gives each); if not, they are counted
+        on a worker and ``then`` runs on the GUI thread after, unless a newer ask of ``key`` for other texts came
+        meanwhile. The same texts asked again while they are counted wait for that count (a view drawn again
+        meanwhile started a second worker on the same 1 MB)."""
+        if key in self._settling:  # its ``then`` asks again: no second round (texts the memory dropped meanwhile,
+            return True            # past its bound, stay "counting…" rather than be counted for ever)
+        if counter.count_if_cheap(texts):
+            self._drop(key)
+            return True
+        self._then[key] = then
+        wanted = list(texts)
+        if key in self.asked and self.asked[key][1] == counter and self.asked[key][2] == wanted:
+            return False
+        self._drop(key)
+        operation = run_blocking(f"Counting tokens ({key})", lambda: counter.count_all(wanted), parent=self)
+        self.asked[key] = (operation, counter, wanted)
+
+        def done(_counts: list[int]) -> None:
+            if key in self.asked and self.asked[key][0] is operation:
+                del self.asked[key]
+                self._settling.add(key)
+                try:
+                    self._then.pop(key)()
+                finally:
+                    self._settling.discard(key)
+
+        operation.success(done).failure(lambda exc: self._failed(key, operation, exc))
+        return False
+
+    @property
+    def counting(self) -> bool:
+        return bool(self.asked)
+
+    def _drop(self, key: str) -> None:
+        if (older := self.asked.pop(key, None)) is not None:
+            older[0].cancel()  # its counts are remembered all the same; only its ``then`` is dropped
+
+    def _failed(self, key: str, operation: Operation[list[int]], exc: Exception) -> None:
+        """The tokenizer can't be read or encode: the counts stay "counting…", said in the log (the engine, which
+        reads the same tokenizer, fails louder)."""
+        if key in self.asked and self.asked[key][0] is operation:
+            del self.asked[key]
+        log.warning("tokens can't be counted (%s): %s", key, exc)
