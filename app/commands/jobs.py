@@ -160,6 +160,25 @@ def save_json(target: Path, data: Any) -> Path:
     return paths.write_private_text(target, json.dumps(data, indent=2))
 
 
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"  # only in a source checkout
+
+
+def publish_bench_report(report: dict[str, Any], name: str, render: Callable[[dict[str, Any]], str], *,
+                         as_json: bool) -> int:
+    """A bench's report saved in the data dir's bench/ folder, then printed: as JSON (in a source checkout also
+    written to docs/results/NAME.json, which packaging/figures.py renders into docs/BENCHMARKS.md) or as text."""
+    out = save_json(sibling(report_stem("bench", name), ".json"), report)
+    if not as_json:
+        print(f"{render(report)}\n\nsaved: {out}")
+        return EXIT_OK
+    text = json.dumps(report, indent=2)
+    if RESULTS.is_dir():
+        (RESULTS / f"{name}.json").write_text(text + "\n", encoding="utf-8")
+        print(f"written: {RESULTS / f'{name}.json'}", file=sys.stderr)
+    print(text)
+    return EXIT_OK
+
+
 def machine_description() -> dict[str, Any]:
     """The machine a report was measured on, saved with it."""
     from app.engine.machine.capability import probe_hardware

@@ -12,25 +12,22 @@ docs/results/bench-knowledge.json for packaging/figures.py.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from app.commands.jobs import machine_description, report_stem, save_json, sibling
+from app.commands.jobs import machine_description, publish_bench_report
 from app.commands.knowledge.corpus import vocabulary, write_pdfs, write_text_files
 from app.core.knowledge.store import KnowledgeStore
 from app.core.knowledge.sync import sync_collection
 
 TEXT_FILES, TEXT_PAGES_EACH, PDFS, PDF_PAGES_EACH, QUERIES = 100, 10, 50, 4, 100
 GOALS = {"first_index_s": 60.0, "no_change_sync_s": 2.0, "query_p95_ms": 100.0, "window_stall_ms": 50.0}
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 
 
 def _percentile(values: list[float], share: float) -> float:
@@ -126,14 +123,4 @@ def render(report: dict[str, Any]) -> str:
 
 
 def run_knowledge_bench(*, as_json: bool) -> int:
-    report = bench_knowledge()
-    out = save_json(sibling(report_stem("bench", "bench-knowledge"), ".json"), report)
-    if as_json:
-        text = json.dumps(report, indent=2)
-        if RESULTS.is_dir():  # a source checkout: the file packaging/figures.py renders into docs/BENCHMARKS.md
-            (RESULTS / "bench-knowledge.json").write_text(text + "\n", encoding="utf-8")
-            print(f"written: {RESULTS / 'bench-knowledge.json'}", file=sys.stderr)
-        print(text)
-    else:
-        print(f"{render(report)}\n\nsaved: {out}")
-    return 0
+    return publish_bench_report(bench_knowledge(), "bench-knowledge", render, as_json=as_json)

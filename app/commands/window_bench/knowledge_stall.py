@@ -13,18 +13,16 @@ look-up, off the GUI thread) is timed, with the stall meanwhile.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from app.commands.hostile.measure import StallWitness
-from app.commands.jobs import machine_description, report_stem, save_json, sibling
+from app.commands.jobs import machine_description, publish_bench_report
 from app.commands.knowledge.corpus import vocabulary, write_pdfs, write_text_files
 from app.commands.knowledge.knowledge_bench import PDF_PAGES_EACH, PDFS, TEXT_FILES, TEXT_PAGES_EACH
 from app.commands.window_bench.harness import StallMeter, bench_window, close_bench_window, scratch_history, wait
@@ -33,7 +31,6 @@ from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
 GOAL_STALL_MS = 50.0
 NOT_OURS = "no code of Nalar's (waiting for the CPU or the GIL)"
 IDLE_S = 10.0  # the window idle before the sync, measured the same way: what the machine's load alone costs
-RESULTS = Path(__file__).resolve().parents[3] / "docs" / "results"
 QUESTION = "What do the notes say about {words}?"
 
 
@@ -127,14 +124,4 @@ def render(report: dict[str, Any]) -> str:
 
 
 def run_knowledge_window_bench(*, as_json: bool) -> int:
-    report = bench_knowledge_window()
-    out = save_json(sibling(report_stem("bench", "bench-knowledge-window"), ".json"), report)
-    if as_json:
-        text = json.dumps(report, indent=2)
-        if RESULTS.is_dir():  # a source checkout: the file packaging/figures.py renders into docs/BENCHMARKS.md
-            (RESULTS / "bench-knowledge-window.json").write_text(text + "\n", encoding="utf-8")
-            print(f"written: {RESULTS / 'bench-knowledge-window.json'}", file=sys.stderr)
-        print(text)
-    else:
-        print(f"{render(report)}\n\nsaved: {out}")
-    return 0
+    return publish_bench_report(bench_knowledge_window(), "bench-knowledge-window", render, as_json=as_json)
