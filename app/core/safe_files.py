@@ -106,7 +106,8 @@ def safe_file_name(text: str, fallback: str, *, max_chars: int = 80) -> str:
     return cleaned if cleaned and _name_problem(cleaned) is None else fallback
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that isn't regular is, in words ("a pipe (FIFO)"), for messages that name it."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -134,7 +135,7 @@ def read_regular(path: Path, limit: int, *, follow_symlinks: bool = True) -> byt
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise NotRegularFile(path.name, _kind(info.st_mode))
+            raise NotRegularFile(path.name, file_kind(info.st_mode))
         if info.st_size > limit:
             raise FileTooLarge(path.name, info.st_size, limit)
         chunks: list[bytes] = []

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from app.core.knowledge.reader import indexed_kind
 from app.core.knowledge.store import SkippedFile
+from app.core.safe_files import file_kind
 
 MAX_FILES = 200_000  # a collection of a whole disk stops here, said in the skipped list
 
@@ -51,16 +52,6 @@ def _link_reason(path: Path, folders: tuple[Path, ...]) -> str:
     if target.is_dir():
         return "symbolic link to a folder: not followed"
     return f"symbolic link to {target}, indexed under that name"
-
-
-def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "not a regular file (FIFO)"
-    if stat.S_ISSOCK(mode):
-        return "not a regular file (socket)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "not a regular file (device)"
-    return "not a regular file"
 
 
 def walk(folders: tuple[Path, ...], cancelled: Callable[[], bool] = lambda: False) -> Walked:
@@ -109,7 +100,7 @@ def _file(entry: os.DirEntry[str], path: Path, out: Walked) -> None:
         out.skipped[path] = SkippedFile(path, f"can't be examined ({exc.strerror or exc})")
         return
     if not stat.S_ISREG(info.st_mode):
-        out.skipped[path] = SkippedFile(path, _kind(info.st_mode))
+        out.skipped[path] = SkippedFile(path, f"not a regular file: {file_kind(info.st_mode)}")
         return
     kind = indexed_kind(entry.name)
     if kind is None:

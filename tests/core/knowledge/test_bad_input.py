@@ -67,7 +67,7 @@ def test_every_hostile_entry_is_skipped_with_its_reason_and_the_rest_indexed(tmp
         "binary.txt": "binary file (NUL bytes) named .txt",
         "latin1.txt": "binary file named .txt: this is not UTF-8 text (byte 3 can't be decoded)",
         "huge.txt": "the file is 2048 MiB, over the 32 MiB Nalar reads",
-        "pipe.txt": "not a regular file (FIFO)",
+        "pipe.txt": "not a regular file: a pipe (FIFO)",
         "zero.txt": "symbolic link leading outside the collection's folders (to /dev/zero)",
         "loop_a": "symbolic link loop", "loop_b": "symbolic link loop",
         "up": "symbolic link to a folder: not followed",
