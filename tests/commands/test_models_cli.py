@@ -15,7 +15,7 @@ import pytest
 from app.commands.models.models_cli import run_list, run_rm, run_search
 from app.core.models.hub_download import HubDownload, download_dir
 from tests.core.hub import conftest as hub_fixtures
-from tests.core.hub.conftest import GPU_16
+from tests.core.hub.conftest import GPU_16, sparse_model_folder
 from tests.support.hub_server import LocalHub
 
 hub, closed_port = hub_fixtures.hub, hub_fixtures.closed_port  # the fake hub's fixtures, shared with tests/core/hub
@@ -79,3 +79,21 @@ def test_offline_search_fails_at_once_naming_the_endpoint(closed_port: str, monk
     monkeypatch.setenv("HF_ENDPOINT", closed_port)
     assert run_search("qwen3", budget=GPU_16) == 1
     assert closed_port in capsys.readouterr().err
+
+
+def test_list_json_gives_each_entry_its_verdict_offline(closed_port: str, monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Catches `models list --json` without a verdict per entry, or one asked of the hub (a folder you added and
+    an offline hub gave none): fits and the max context at fp8 and bf16, from the folder's own files."""
+    from app.core.hub.library import ModelLibrary, default_state_file
+
+    monkeypatch.setenv("HF_ENDPOINT", closed_port)
+    folder = sparse_model_folder(tmp_path / "my-qwen", int(1.2e9))
+    ModelLibrary(default_state_file()).add_folder(folder)
+    assert run_list(as_json=True, budget=GPU_16) == 0
+    mine = next(e for e in json.loads(capsys.readouterr().out) if e["path"] == str(folder))
+    verdict = mine["verdict"]
+    assert verdict["fits"] == "fits" and verdict["text"] == "fits", verdict
+    assert verdict["max_context_fp8"] >= verdict["max_context_bf16"] > 0
+    assert run_list(budget=GPU_16) == 0
+    assert " · never used · fits · " in capsys.readouterr().out

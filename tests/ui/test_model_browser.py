@@ -19,10 +19,13 @@ from app.core.models.planner import GIB
 from app.ui.model_browser.browser_dialog import ModelBrowser
 from app.ui.model_browser.models_hub import Machine
 from app.ui.model_browser.search_state import Query
+from tests.core.hub import conftest as hub_fixtures
+from tests.core.hub.conftest import sparse_model_folder
 from tests.support.bench_hub import qwen3_repos, small_repo
 from tests.support.hub_server import LocalHub
 
 GPU_16 = MachineBudget("gpu", 16 * GIB, 1000.0, None, "test GPU")
+closed_port = hub_fixtures.closed_port  # an endpoint where nothing listens: the hub offline
 QWEN3_REPOS = 10
 
 
@@ -241,6 +244,21 @@ def test_use_in_the_library_sets_the_model_and_marks_it_used(qtbot, make_window,
     assert window.controller.settings.engine.model == str(folder)
     entry = next(e for e in window.dialogs.models_hub().library.entries() if e.path == folder)
     assert entry.last_used is not None
+
+
+def test_the_library_shows_a_user_folders_verdict_with_the_hub_offline(qtbot, make_window, tmp_path, closed_port,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: the Library tab asked the hub for each entry's verdict by repo id, so a folder you added (or
+    any entry offline) showed "verdict unknown" although its config.json and weights are on disk."""
+    monkeypatch.setenv("HF_ENDPOINT", closed_port)
+    folder = sparse_model_folder(tmp_path / "my-qwen", int(1.2e9))
+    window = make_window()
+    browser = open_browser(window)
+    browser.tabs.setCurrentWidget(browser.library)
+    browser.library.add_folder(folder)
+    qtbot.waitUntil(lambda: browser.library.verdicts.get(str(folder)) is not None, timeout=20_000)
+    text = next(row.text for row in browser.library.list.rows.rows if row.key == str(folder))
+    assert "last used never · fits" in text, text
 
 
 def test_the_welcome_dialog_hands_over_to_the_browser(qtbot, make_window) -> None:

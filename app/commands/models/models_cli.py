@@ -12,7 +12,7 @@ from typing import Any
 from app.commands.jobs import EXIT_FAILED, EXIT_OK
 from app.core.hub.library import LibraryEntry, ModelLibrary, default_state_file
 from app.core.hub.search import HubGated, HubModel, HubOffline, SortKey, search_models
-from app.core.hub.verdicts import FitVerdict, MachineBudget, this_machine, verdicts_for
+from app.core.hub.verdicts import FitVerdict, MachineBudget, folder_verdict, this_machine, verdicts_for
 from app.core.models.hub_download import format_bytes
 from app.core.models.planner import GIB
 
@@ -72,21 +72,34 @@ def _line(model: HubModel, verdicts: list[FitVerdict], problem: str) -> str:
     return " · ".join(facts) + " | " + ("; ".join(sets) if sets else problem)
 
 
-def run_list(*, as_json: bool = False) -> int:
+def run_list(*, as_json: bool = False, budget: MachineBudget | None = None) -> int:
+    """The library, each entry with its verdict on ``budget`` (this machine) from its own folder: no hub."""
+    budget = budget or this_machine()
     entries = ModelLibrary(default_state_file()).entries()
+    verdicts = [folder_verdict(e.path, budget) for e in entries]
     if as_json:
         print(json.dumps([{"model_id": e.model_id, "path": str(e.path), "source": e.source,
                            "size_bytes": e.size_bytes, "last_used": e.last_used.isoformat() if e.last_used else None,
-                           "problem": e.problem} for e in entries], indent=1))
+                           "problem": e.problem, "verdict": _verdict_json(v)} for e, v in zip(entries, verdicts)],
+                         indent=1))
         return EXIT_OK
-    for e in entries:
+    print(f"nalar: verdicts for {budget.describe()}", file=sys.stderr)
+    for e, v in zip(entries, verdicts):
         used = e.last_used.strftime("%Y-%m-%d %H:%M") if e.last_used else "never used"
         problem = f" · problem: {e.problem}" if e.problem else ""
-        print(f"{e.model_id} · {e.source} · {format_bytes(e.size_bytes)} · {used} · {e.path}{problem}")
+        fit = v.text() if v else "verdict unknown"
+        print(f"{e.model_id} · {e.source} · {format_bytes(e.size_bytes)} · {used} · {fit} · {e.path}{problem}")
     if not entries:
         print("nalar: no models yet. `nalar models search QUERY` finds one, `nalar download REPO` gets it.",
               file=sys.stderr)
     return EXIT_OK
+
+
+def _verdict_json(v: FitVerdict | None) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    return {"fits": v.fits, "max_context_fp8": v.max_context_fp8, "max_context_bf16": v.max_context_bf16,
+            "text": v.text(), "label": v.file_set.label, "weights_bytes": v.file_set.weight_bytes}
 
 
 def run_rm(model_id: str, *, yes: bool = False) -> int:

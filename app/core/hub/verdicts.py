@@ -10,15 +10,19 @@ The verdict is judged on the fp8 KV row (the longer context); both rows are give
 
 from __future__ import annotations
 
+import json
+import struct
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
-from app.core.hub.file_sets import file_sets, folder_of
+from app.core.hub.file_sets import LOADABLE, file_sets, folder_of, set_label
 from app.core.hub.repo_facts import RepoFacts, VerdictCache, fetch_facts
 from app.core.hub.search import FileSet, HubModel, HubOffline, check_online
 from app.core.models import cpu_catalog
 from app.core.models.hub_download import hub_endpoint
 from app.core.models.model_catalog import DEFAULT_CONTEXT_CAP
+from app.core.models.model_folder import folder_problem
 from app.core.models.planner import (
     GIB,
     NVML_TO_CUDA_TOTAL,
@@ -29,11 +33,13 @@ from app.core.models.planner import (
     estimate_weight_bytes,
     gpu_overhead_bytes,
     plan,
+    read_safetensors_weight_bytes,
     utilization_for_free_vram,
 )
 
 # Below this many tokens a context is no use for a reasoning model: "doesn't fit" rather than "fits with 512".
-__all__ = ["FitVerdict", "MachineBudget", "VerdictCache", "catalog_models", "this_machine", "verdict", "verdicts_for"]
+__all__ = ["FitVerdict", "MachineBudget", "VerdictCache", "catalog_models", "folder_verdict", "this_machine", "verdict",
+           "verdicts_for"]
 
 MIN_USABLE_CONTEXT = 2048
 GPU_SHARE = 0.9  # vLLM's default gpu_memory_utilization, lowered when other programs hold VRAM
@@ -175,6 +181,39 @@ def verdicts_for(repo_id: str, budget: MachineBudget, *, cache: VerdictCache | N
                 raise
     return [verdict(repo_id, fs, config_for(facts, fs), budget)
             for fs in file_sets(facts.files, facts.configs, facts.index_totals)]
+
+
+def folder_verdict(folder: Path, budget: MachineBudget) -> FitVerdict | None:
+    """The verdict of a model folder on disk (a download, a hub-cache snapshot, a folder the user added), from its
+    own config.json and weights only: no hub, so it works offline and for a repo the hub no longer lists. The
+    weights are the safetensors headers' tensor sizes, else the files' sizes (a header that can't be read). None
+    when the folder has a ``model_folder.folder_problem`` (that problem is the reason, shown with the entry)."""
+    if folder_problem(folder, need_weights=True) is not None:
+        return None
+    loaded = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = loaded if isinstance(loaded, dict) else None  # not an object: verdict() says "can't tell"
+    weights = _weight_bytes(folder)
+    label = set_label(config)
+    loadable = label in LOADABLE
+    file_set = FileSet(label, tuple(sorted(path.name for path in folder.glob("*.safetensors"))), weights, loadable,
+                       "" if loadable else f"{label}: not a format vLLM runs here")
+    return verdict(folder.name, file_set, config, budget)
+
+
+def _weight_bytes(folder: Path) -> int:
+    """The headers' tensor sizes; the files' sizes when a header is not one (its declared length past the file's
+    end would make the planner's reader allocate it)."""
+    files = sorted(folder.glob("*.safetensors"))
+    sizes = sum(path.stat().st_size for path in files)
+    try:
+        for path in files:
+            with path.open("rb") as handle:
+                (length,) = struct.unpack("<Q", handle.read(8).ljust(8, b"\xff"))
+            if length > path.stat().st_size - 8:
+                return sizes
+        return read_safetensors_weight_bytes(folder) or sizes
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return sizes
 
 
 def config_for(facts: RepoFacts, file_set: FileSet) -> dict[str, Any] | None:

@@ -12,9 +12,8 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QMessageBox, QPushButton, QVBoxLayout, QWidget
 
 from app.core.hub.library import LibraryEntry
-from app.core.hub.verdicts import FitVerdict, MachineBudget, VerdictCache, verdicts_for
+from app.core.hub.verdicts import FitVerdict, MachineBudget, folder_verdict
 from app.core.models.hub_download import format_bytes
-from app.core.models.model_folder import looks_local
 from app.ui.chat.plain_text import plain_label
 from app.ui.controllers.operations import Operation, run_blocking
 from app.ui.model_browser.models_hub import ModelsHub
@@ -38,15 +37,10 @@ def best_verdict(verdicts: list[FitVerdict]) -> FitVerdict | None:
                                                                  loadable[0] if loadable else None))
 
 
-def read_verdicts(ids: list[str], budget: MachineBudget, cache: VerdictCache) -> dict[str, FitVerdict | None]:
-    """Each hub id's verdict (from the cache when it has it); None where the hub can't say (offline, gated)."""
-    found: dict[str, FitVerdict | None] = {}
-    for repo_id in ids:
-        try:
-            found[repo_id] = best_verdict(verdicts_for(repo_id, budget, cache=cache))
-        except Exception:  # offline, gated, a repo the hub no longer has: the entry shows "verdict unknown"
-            found[repo_id] = None
-    return found
+def read_verdicts(entries: list[LibraryEntry], budget: MachineBudget) -> dict[str, FitVerdict | None]:
+    """Each entry's verdict from its own folder (no hub: offline and your own folders too), by model id; None for
+    a folder with a problem (the entry says why)."""
+    return {entry.model_id: folder_verdict(entry.path, budget) for entry in entries}
 
 
 class LibraryTab(QWidget):
@@ -85,7 +79,7 @@ class LibraryTab(QWidget):
         self._enable()
 
     def reload(self) -> None:
-        """The library read again off the GUI thread, then the verdicts of its hub models."""
+        """The library read again off the GUI thread, then each entry's verdict from its own folder."""
         self.loading = True
         self.status_label.setText("Reading the library…")
         self.hub.entries(self).success(self._show_entries).failure(self._failed)
@@ -102,10 +96,10 @@ class LibraryTab(QWidget):
                                   "downloads, the Hugging Face cache and the folders you added.")
         self.notice = ""
         self.refresh()
-        ids = [e.model_id for e in entries if not looks_local(e.model_id) and e.model_id not in self.verdicts]
-        machine, cache = self.hub.machine, self.hub.cache
-        if ids and machine is not None:
-            run_blocking("Working out the library's verdicts", lambda: read_verdicts(ids, machine.budget, cache),
+        todo = [e for e in entries if self.verdicts.get(e.model_id) is None]  # a finished download: now it has one
+        machine = self.hub.machine
+        if todo and machine is not None:
+            run_blocking("Working out the library's verdicts", lambda: read_verdicts(todo, machine.budget),
                          parent=self).success(self._add_verdicts)
 
     def _add_verdicts(self, found: dict[str, FitVerdict | None]) -> None:

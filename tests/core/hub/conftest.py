@@ -85,3 +85,16 @@ def closed_port() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def sparse_model_folder(folder: Path, weight_bytes: int) -> Path:
+    """A model folder on disk as a user adds it: Qwen3-0.6B's config.json and one safetensors file whose header
+    declares ``weight_bytes`` of bf16 weights, the file truncated to that size (sparse: nothing is written)."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(QWEN3))
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [weight_bytes // 2],
+                               "data_offsets": [0, weight_bytes]}}).encode()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(len(header).to_bytes(8, "little") + header)
+    os.truncate(weights, 8 + len(header) + weight_bytes)
+    return folder
