@@ -108,7 +108,8 @@ def test_a_query_typed_past_never_shows_its_results(qtbot, make_window, hub: Loc
 
 def test_only_what_fits_hides_the_others(qtbot, make_window, hub: LocalHub) -> None:
     """Bug caught: the filter hid rows by their first file set only (an 8B whose FP8 copy fits was hidden), or
-    kept the 14B and 32B that fit nowhere."""
+    kept the 14B and 32B that fit nowhere; the Format combo didn't refilter what was there, or with Only what
+    fits kept an 8B for its FP8 copy when bf16 was asked for."""
     window = make_window()
     browser = open_browser(window)
     qtbot.keyClicks(browser.discover.search_box, "qwen3")
@@ -118,6 +119,11 @@ def test_only_what_fits_hides_the_others(qtbot, make_window, hub: LocalHub) -> N
     assert kept == {"bench00/Qwen3-0.6B-v0", "bench01/Qwen3-1.7B-v1", "bench02/Qwen3-8B-v2",
                     "bench05/Qwen3-0.6B-v5", "bench06/Qwen3-1.7B-v6", "bench07/Qwen3-8B-v7"}, kept
     assert "(4 hidden: they don't fit)" in browser.discover.status_label.text()
+    browser.discover.format_choice.setCurrentText("bf16/fp16")
+    assert set(shown(browser)) == kept - {"bench02/Qwen3-8B-v2", "bench07/Qwen3-8B-v7"}
+    browser.discover.format_choice.setCurrentText("FP8")
+    assert set(shown(browser)) == {"bench02/Qwen3-8B-v2", "bench07/Qwen3-8B-v7"}
+    browser.discover.format_choice.setCurrentText("Any format")
     browser.discover.only_fits.click()
     assert len(shown(browser)) == QWEN3_REPOS
 

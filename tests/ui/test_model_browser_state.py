@@ -3,6 +3,7 @@ and the engine update a chosen model sets."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from app.core.hub.search import FileSet, HubModel
@@ -17,8 +18,9 @@ def model(repo_id: str) -> HubModel:
     return HubModel(repo_id, 1000, 10, None, 8_000_000_000, ("bf16",), "apache-2.0", False, "hybrid · Qwen3")
 
 
-def verdict(repo_id: str, fits: str, fp8: int = 32768, bf16: int = 16384, loadable: bool = True) -> FitVerdict:
-    file_set = FileSet("bf16", ("model.safetensors",), 16 * GIB, loadable)
+def verdict(repo_id: str, fits: str, fp8: int = 32768, bf16: int = 16384, loadable: bool = True,
+            label: str = "bf16") -> FitVerdict:
+    file_set = FileSet(label, ("model.safetensors",), 16 * GIB, loadable)
     return FitVerdict(repo_id, file_set, fp8 if fits != "no" else 0, bf16 if fits != "no" else 0, 12.5,
                       fits, 18 * GIB, 24 * GIB)  # type: ignore[arg-type]
 
@@ -59,6 +61,40 @@ def test_only_what_fits_hides_what_does_not_and_what_is_not_known_yet() -> None:
     assert [row.model.repo_id for row in state.visible()] == ["q/fits", "q/shorter"]
     state.finish(gen)
     assert state.status() == "6 results for “qwen3” (4 hidden: they don't fit) · working out 1 verdict…"
+
+
+def test_the_format_filter_keeps_a_repo_by_any_file_set_and_with_only_fits_by_the_one_that_fits() -> None:
+    """Bugs caught: the Format filter looked at a repo's first file set only (a bf16 repo with an FP8 folder
+    hidden under FP8), a "GGUF Q4_K_M" or "FP8 (FP8)" label missed, a result hidden until its verdicts came, or
+    FP8 + Only what fits kept a repo whose bf16 set fits but whose FP8 set doesn't."""
+    state = SearchState()
+    gen = state.begin(Query("qwen3"))
+    for name in ("both", "fp8-too-big", "gguf", "pending"):
+        state.add_result(gen, model(f"q/{name}"))
+    state.rows[3] = replace(state.rows[3], model=replace(model("q/pending"), quantizations=("bf16", "FP8")))
+    state.set_verdicts(gen, "q/both", (verdict("q/both", "no"), verdict("q/both", "fits", label="FP8 (FP8)")))
+    state.set_verdicts(gen, "q/fp8-too-big", (verdict("q/fp8-too-big", "fits"),
+                                              verdict("q/fp8-too-big", "no", label="FP8")))
+    state.set_verdicts(gen, "q/gguf", (verdict("q/gguf", "fits", label="GGUF Q4_K_M", loadable=False),))
+    state.finish(gen)
+
+    def shown() -> list[str]:
+        return [row.model.repo_id for row in state.visible()]
+
+    state.format = "FP8"
+    assert shown() == ["q/both", "q/fp8-too-big", "q/pending"]
+    assert "(1 hidden: not FP8)" in state.status()
+    state.format = "GGUF"
+    assert shown() == ["q/gguf"]
+    state.format = "bf16/fp16"
+    assert shown() == ["q/both", "q/fp8-too-big", "q/pending"]
+    state.only_fits = True
+    assert shown() == ["q/fp8-too-big"], "q/both's bf16 set doesn't fit; its FP8 set does"
+    state.format = "FP8"
+    assert shown() == ["q/both"], "q/fp8-too-big's FP8 set doesn't fit; its bf16 set does"
+    assert "(3 hidden: not FP8 that fits)" in state.status()
+    state.format = "Any format"
+    assert shown() == ["q/both", "q/fp8-too-big"]
 
 
 def test_the_offline_list_shows_when_the_box_is_empty_or_the_hub_is_unreachable() -> None:

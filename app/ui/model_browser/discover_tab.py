@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 from app.core.hub.verdicts import FitVerdict
 from app.ui.chat.plain_text import plain_label
 from app.ui.model_browser.hub_search import HubSearch
-from app.ui.model_browser.search_state import Query, ResultRow, SearchState, Sort
+from app.ui.model_browser.search_state import FORMATS, Query, ResultRow, SearchState, Sort, kept
 from app.ui.model_browser.text_list import TextListView, TextRow
 from app.ui.model_browser.texts import row_text, verdict_line
 
@@ -53,6 +53,10 @@ class DiscoverTab(QWidget):
         self.only_reasoning = QCheckBox("Reasoning families only")
         self.only_reasoning.setToolTip("Only families that think: hybrid (Think switch) or always")
         self.only_reasoning.toggled.connect(lambda _on: self._search_now())
+        self.format_choice = QComboBox()
+        self.format_choice.addItems(list(FORMATS))
+        self.format_choice.setToolTip("Only results with a file set in this format (GGUF: listed, Nalar can't load it)")
+        self.format_choice.currentTextChanged.connect(self.set_format)
         self.status_label = plain_label(word_wrap=True)  # quotes the hub's errors
         self.results = TextListView()
         self.results.selectionModel().currentChanged.connect(lambda *_: self._show_file_sets())
@@ -68,6 +72,7 @@ class DiscoverTab(QWidget):
         top.addWidget(self.sort_choice)
         top.addWidget(self.only_fits)
         top.addWidget(self.only_reasoning)
+        top.addWidget(self.format_choice)
         bottom = QHBoxLayout()
         bottom.addWidget(self.file_set_choice, 1)
         bottom.addWidget(self.download_button)
@@ -89,13 +94,18 @@ class DiscoverTab(QWidget):
         self.state.only_fits = on
         self.refresh()
 
+    def set_format(self, fmt: str) -> None:
+        """Refilters what is there (no new search): the format is matched on the file sets already known."""
+        self.state.format = fmt
+        self.refresh()
+
     def set_catalog(self, rows: list[ResultRow]) -> None:
         self.catalog = rows
         self.refresh()
 
     def shown_rows(self) -> list[ResultRow]:
         if self.state.offline_list:
-            return [row for row in self.catalog if not self.state.only_fits or row.fits]
+            return [row for row in self.catalog if kept(row, self.state.only_fits, self.state.format)]
         return self.state.visible()
 
     def refresh(self) -> None:

@@ -16,6 +16,12 @@ from app.core.hub.verdicts import FitVerdict
 
 Sort = Literal["downloads", "trending"]
 
+# The Format filter's choices: what the combo shows → the file set labels' first word it keeps (none: all).
+FORMATS: dict[str, tuple[str, ...]] = {
+    "Any format": (), "bf16/fp16": ("bf16", "fp16"), "FP8": ("FP8",), "AWQ": ("AWQ",), "GPTQ": ("GPTQ",),
+    "compressed-tensors": ("compressed-tensors",), "MXFP4": ("MXFP4",), "GGUF": ("GGUF",),
+}
+
 
 @dataclass(frozen=True)
 class ResultRow:
@@ -33,6 +39,18 @@ class ResultRow:
         return any(v.fits != "no" and v.file_set.loadable for v in self.verdicts)
 
 
+def kept(row: ResultRow, only_fits: bool, fmt: str = "Any format") -> bool:
+    """Whether the filters keep ``row``: with a format, one of its file sets is that format (the listing's
+    quantizations until the verdicts come); with *Only what fits* as well, that same file set is the one that fits."""
+    names = {name.lower() for name in FORMATS.get(fmt, ())}
+    if not names:
+        return not only_fits or bool(row.fits)
+    if row.verdicts is None:
+        return not only_fits and any(q.split(" ", 1)[0].lower() in names for q in row.model.quantizations)
+    return any(v.file_set.label.split(" ", 1)[0].lower() in names
+               and (not only_fits or (v.fits != "no" and v.file_set.loadable)) for v in row.verdicts)
+
+
 @dataclass(frozen=True)
 class Query:
     text: str
@@ -47,6 +65,7 @@ class SearchState:
         self.generation = 0
         self.query = Query("")
         self.only_fits = False
+        self.format = "Any format"  # a key of FORMATS
         self.rows: list[ResultRow] = []
         self.searching = False
         self.problem: str | None = None  # the hub offline, a gated repo: said in the status line
@@ -102,8 +121,9 @@ class SearchState:
         return True
 
     def visible(self) -> list[ResultRow]:
-        """The rows shown: with *Only what fits*, those known to fit (a row whose verdict is still coming waits)."""
-        return [row for row in self.rows if not self.only_fits or row.fits]
+        """The rows shown: with *Only what fits*, those known to fit (a row whose verdict is still coming waits);
+        with a Format, those that have it (see ``kept``)."""
+        return [row for row in self.rows if kept(row, self.only_fits, self.format)]
 
     @property
     def verdicts_pending(self) -> int:
@@ -123,7 +143,9 @@ class SearchState:
             return self.problem
         shown = len(self.visible())
         count = f"{len(self.rows)} result{'s' if len(self.rows) != 1 else ''} for “{text}”"
-        hidden = f" ({len(self.rows) - shown} hidden: they don't fit)" if shown < len(self.rows) else ""
+        why = (f"not {self.format}" + (" that fits" if self.only_fits else "")) if FORMATS.get(self.format) \
+            else "they don't fit"
+        hidden = f" ({len(self.rows) - shown} hidden: {why})" if shown < len(self.rows) else ""
         pending = self.verdicts_pending
         work = ("searching…" if self.searching else
                 f"working out {pending} verdict{'s' if pending != 1 else ''}…" if pending else "all verdicts in")
