@@ -146,7 +146,10 @@ def test_nalar_download_interrupted_then_rerun_resumes_in_a_new_process(hub: Loc
     env = dict(os.environ, HF_ENDPOINT=hub.endpoint)  # read fresh by the new process, as a user would set it
     command = [sys.executable, "-m", "app", "download", REPO, "--use"]
     hub.hold_at_bytes = 24_000_000
-    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # As from a terminal: SIGINT at its default. A suite started in the background (`make test &`, a CI runner)
+    # hands its children SIGINT ignored, and the first download then never stopped: it hung on the held body.
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         partial_dir = download_dir(REPO) / PARTIAL_DIR
         deadline = time.monotonic() + 120
