@@ -10,25 +10,12 @@ from pathlib import Path
 from pypdf import PdfWriter
 from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject, StreamObject
 
-
-def _escaped(text: str) -> bytes:
-    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)").encode("latin-1")
+from app.commands.knowledge.corpus import text_pdf as corpus_pdf
 
 
 def text_pdf(path: Path, pages: list[str]) -> Path:
-    writer = PdfWriter()
-    font = writer._add_object(DictionaryObject({
-        NameObject("/Type"): NameObject("/Font"), NameObject("/Subtype"): NameObject("/Type1"),
-        NameObject("/BaseFont"): NameObject("/Helvetica")}))
-    for text in pages:
-        page = writer.add_blank_page(612, 792)
-        fonts = DictionaryObject({NameObject("/F1"): font})
-        page[NameObject("/Resources")] = DictionaryObject({NameObject("/Font"): fonts})
-        stream = DecodedStreamObject()
-        stream.set_data(b"BT /F1 12 Tf 72 720 Td (" + _escaped(text) + b") Tj ET")
-        page[NameObject("/Contents")] = writer._add_object(stream)
-    with path.open("wb") as file:
-        writer.write(file)
+    """One text layer per page: the PDFs the knowledge bench writes, with each page's text as one line."""
+    corpus_pdf(path, [[text] for text in pages])
     return path
 
 

@@ -54,6 +54,11 @@ def write_text_files(folder: Path, rng: random.Random, words: list[str], files: 
     return topics
 
 
+def _pdf_string(text: str) -> bytes:
+    """A PDF literal string's body: its backslashes and parentheses escaped."""
+    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)").encode("latin-1")
+
+
 def text_pdf(path: Path, pages: list[list[str]]) -> None:
     """A PDF of ``pages``, each a list of lines, in Helvetica: one content stream a page."""
     writer = PdfWriter()
@@ -64,7 +69,7 @@ def text_pdf(path: Path, pages: list[list[str]]) -> None:
         sheet = writer.add_blank_page(612, 792)
         sheet[NameObject("/Resources")] = DictionaryObject(
             {NameObject("/Font"): DictionaryObject({NameObject("/F1"): font})})
-        body = b"".join(b"(" + line.encode("latin-1") + b") Tj T* " for line in lines)
+        body = b"".join(b"(" + _pdf_string(line) + b") Tj T* " for line in lines)
         stream = DecodedStreamObject()
         stream.set_data(b"BT /F1 10 Tf 12 TL 54 740 Td " + body + b"ET")
         sheet[NameObject("/Contents")] = writer._add_object(stream)
