@@ -8,9 +8,12 @@ import FlashInfer's Python, which imports on a CPU torch). Each of Nalar's predi
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import importlib
 import importlib.util
 import logging
+import pkgutil
 import typing
 from pathlib import Path
 from types import SimpleNamespace
@@ -155,10 +158,16 @@ def vllm_mxfp4_choice(cc: tuple[int, int], monkeypatch: pytest.MonkeyPatch, trit
     SwiGLU-OAI with biases), every experts class's own checks run on the faked device."""
     import torch
     from vllm.model_executor.layers.fused_moe import config as moe_config
+    from vllm.model_executor.layers.fused_moe import experts as experts_package
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.experts import gpt_oss_triton_kernels_moe
     from vllm.model_executor.layers.fused_moe.oracle import mxfp4
 
+    # The selection imports each backend's experts module lazily; one first imported after the patch would
+    # check the real (CPU) platform and pass itself as the choice. Import them all first (those that load here).
+    for found in pkgutil.iter_modules(experts_package.__path__, experts_package.__name__ + "."):
+        with contextlib.suppress(Exception):
+            importlib.import_module(found.name)
     on_fake_cuda(cc, monkeypatch, ("vllm.model_executor",))
     monkeypatch.setattr(gpt_oss_triton_kernels_moe, "has_triton_kernels", lambda: triton_kernels)
     config = moe_config.FusedMoEConfig(
