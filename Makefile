@@ -38,8 +38,8 @@ run: system-run setup
 	$(PY) -m app
 
 # The fast tests on TEST_WORKERS processes (pytest-xdist), then the real-engine tests on REAL_WORKERS, a test
-# file per worker (a file's engines and desktops are shared by its tests); each worker's engines get their own
-# cores (tests/conftest.py). Both runs always happen; the target fails if either failed ("no tests collected"
+# file per worker (a file's engines and desktops are shared by its tests; files that use a session engine go
+# together, tests/conftest.py's engine_groups); each worker's engines get their own cores (tests/conftest.py). Both runs always happen; the target fails if either failed ("no tests collected"
 # is fine: PYTEST_ARGS may pick files of one kind only).
 TEST_WORKERS ?= 2
 REAL_WORKERS ?= 2
@@ -53,7 +53,7 @@ test: setup-test
 	echo "nalar: set-up done in $${setup_s} s; the fast tests ($(TEST_WORKERS) workers)…"; \
 	$(PYTEST) -m "not real_engine" -n $(TEST_WORKERS) --junit-xml=$(RESULTS)/fast.xml $(PYTEST_ARGS) || fast=$$?; \
 	echo "nalar: the real-engine tests ($(REAL_WORKERS) workers, a file per worker)…"; \
-	$(PYTEST) -m real_engine -n $(REAL_WORKERS) --dist loadfile --junit-xml=$(RESULTS)/real.xml $(PYTEST_ARGS) \
+	$(PYTEST) -m real_engine -n $(REAL_WORKERS) --dist loadgroup --junit-xml=$(RESULTS)/real.xml $(PYTEST_ARGS) \
 	  || slow=$$?; \
 	$(PY) packaging/figures.py --suite-from-junit $(RESULTS)/fast.xml $(RESULTS)/real.xml --setup-s $$setup_s \
 	  --total-s $$(( $$(date +%s) - $(MAKE_START) )) --fast-workers $(TEST_WORKERS) --real-workers $(REAL_WORKERS) \

@@ -163,6 +163,7 @@ def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from app.engine.local.host import EngineHost
 
     model = require_embedded_model()
+    before = child_pids()  # the session's other engine may be running: it is not this fixture's to end
     with pytest.MonkeyPatch.context() as monkeypatch:
         point_xdg_at(tmp_path_factory.mktemp("engine-xdg"), monkeypatch)
         host = EngineHost()
@@ -173,7 +174,32 @@ def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
             raise
     yield host
     host.close()
-    assert vllm_processes() == [], "vLLM processes survived the engine's shutdown"
+    assert vllm_processes(before) == [], "vLLM processes survived the engine's shutdown"
+
+
+@pytest.fixture(scope="session")
+def hybrid_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real engine on the embedded model behind a Qwen3-style template (a hybrid model to Nalar), shared by
+    the tests of the Think switch and of resuming inside the think block."""
+    from app.core.models.model_families import model_family
+    from app.core.settings.settings import EngineConfig
+    from app.engine.local.host import EngineHost
+    from tests.support.hybrid_model import hybrid_model_folder
+
+    folder = hybrid_model_folder(require_embedded_model(), tmp_path_factory.mktemp("models"))
+    assert model_family(folder.name, "llama").thinking == "hybrid"
+    before = child_pids()  # the session's other engine may be running: it is not this fixture's to end
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        point_xdg_at(tmp_path_factory.mktemp("hybrid-engine-xdg"), monkeypatch)
+        host = EngineHost()
+        try:
+            host.loop_thread.submit(host.start(EngineConfig(model=str(folder), max_model_len=2048))).result(600)
+        except BaseException:  # a failed or timed-out start still ends what it began
+            host.close()
+            raise
+    yield host
+    host.close()
+    assert vllm_processes(before) == [], "vLLM processes survived the hybrid engine's shutdown"
 
 
 @pytest.fixture(scope="session")
@@ -330,17 +356,54 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os._exit(_EXIT_STATUS[-1])
 
 
-# The real-engine files that take longest (measured 2026-12-04 with --durations; docs/dev/tests.md), longest first.
-# On xdist workers a file is the unit of work, handed out in collection order: a long file handed out last keeps
-# one worker busy while the other idles. A stale list only costs balance, never a check.
-LONGEST_FILES_FIRST = ("test_fp8_bench.py", "test_kv_quality.py", "test_measure_dialog.py", "test_shutdown_real.py",
-                       "test_faults_real.py", "test_remote_real.py", "test_kv_engine_check.py",
-                       "test_engine_process_real.py", "test_saturation_bench.py", "test_speculation_real.py",
-                       "test_api_server.py", "test_engine_real.py")
+# The real-engine files that take longest (measured 2026-12-05 with --durations; docs/dev/tests.md), longest first.
+# On xdist workers a file (or a group of files sharing an engine, below) is the unit of work, handed out in
+# collection order: a long one handed out last keeps one worker busy while the other idles. A stale list only
+# costs balance, never a check.
+LONGEST_FILES_FIRST = ("test_engine_process_real.py", "test_fp8_bench.py", "test_faults_real.py",
+                       "test_measure_dialog.py", "test_shutdown_real.py", "test_kv_engine_check.py",
+                       "test_saturation_bench.py", "test_kv_quality.py", "test_remote_real.py",
+                       "test_tools_real.py", "test_images_real.py", "test_compare_real.py")
+# Session engines, one per worker that asks: the files whose tests use one run on one worker, so each engine
+# starts once a suite, not once per worker. `make test` runs the real-engine part with --dist loadgroup, which
+# here means these groups (xdist's own loadgroup reads marks it can't attach under pytest 9.2). The groups go
+# first: they are the longest units of work. A file that uses an engine without being listed fails the run.
+SHARED_ENGINE_FILES = {
+    "real_engine": ("test_planner.py", "test_api_tools_real.py", "test_engine_real.py", "test_presets_real.py",
+                    "test_speculation_real.py", "test_api_server.py"),
+    "hybrid_engine": ("test_pause_edit_real.py", "test_think_switch_real.py"),
+}
+
+
+def engine_group(nodeid: str) -> str:
+    """The unit of work a test belongs to: its session engine's name, else its file."""
+    path = nodeid.split("::")[0]
+    name = path.rsplit("/", 1)[-1]
+    return next((engine for engine, files in SHARED_ENGINE_FILES.items() if name in files), path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return engine_group(nodeid)
+
+    return EngineGroupScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unlisted = sorted({item.path.name for item in items for engine in SHARED_ENGINE_FILES
+                       if engine in getattr(item, "fixturenames", ()) and engine_group(item.nodeid) != engine})
+    if unlisted:
+        raise pytest.UsageError(f"{', '.join(unlisted)} use a session engine: add them to SHARED_ENGINE_FILES in "
+                                "tests/conftest.py, so the engine starts once a suite")
+
     def rank(item: pytest.Item) -> int:
+        if engine_group(item.nodeid) in SHARED_ENGINE_FILES:
+            return -1
         name = item.path.name
         return LONGEST_FILES_FIRST.index(name) if name in LONGEST_FILES_FIRST else len(LONGEST_FILES_FIRST)
 

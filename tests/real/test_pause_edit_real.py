@@ -18,7 +18,6 @@ from app.core.settings.settings import EngineConfig, SamplingConfig, Settings
 from app.engine.local.host import IGNORE_EOS_ENV, EngineHost
 from app.engine.requests import Resume
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
-from tests.real.test_think_switch_real import QWEN3_STYLE_TEMPLATE
 
 pytestmark = pytest.mark.real_engine
 
@@ -119,35 +118,25 @@ def test_pause_edit_resume_sends_the_edited_thinking_and_the_prefix_cache_holds_
     assert vllm_processes(before) == []
 
 
-def test_a_hybrid_model_resumes_inside_the_think_block_its_prompt_opened(tmp_path_factory) -> None:
+def test_a_hybrid_model_resumes_inside_the_think_block_its_prompt_opened(hybrid_engine: EngineHost,
+                                                                         monkeypatch) -> None:
     """Bug caught: on a hybrid model (the think block opened by Nalar through the chat template), the edited
-    thinking sent after a prompt that no longer opens the block, or the reply's texts not starting with it."""
-    folder = tmp_path_factory.mktemp("models") / "Qwen3-style-SmolLM2-135M"
-    folder.mkdir()
-    for item in require_embedded_model().iterdir():
-        if item.name != "chat_template.jinja":
-            (folder / item.name).symlink_to(item)
-    (folder / "chat_template.jinja").write_text(QWEN3_STYLE_TEMPLATE, encoding="utf-8")
-    assert model_family(folder.name, "llama").thinking == "hybrid"
-    before = child_pids()
-    host = EngineHost()
-    try:
-        host.loop_thread.submit(host.start(EngineConfig(model=str(folder), max_model_len=2048))).result(600)
-        sent = SentRequests(host)
-        sampling = SamplingConfig(temperature=0.0, think_budget=24, max_tokens=8, thinking=True)
-        question = [{"role": "user", "content": "How long is 300 cm in metres?"}]
-        first = host.loop_thread.submit(host.stream_to(lambda event: None, question, sampling, "hybrid-first",
-                                                       ignore_eos=True)).result(300)
-        assert first is not None and first.thinking_text.strip()
-        edited = first.thinking_text[:len(first.thinking_text) // 2] + "\n" + HINT
-        asked = len(sent.ids)
-        resumed = host.loop_thread.submit(host.stream_to(lambda event: None, question, sampling, "hybrid-resume",
-                                                         ignore_eos=True, resume=Resume("thinking", edited))
-                                          ).result(300)
-        prompt_ids, ids = sent.ids[0], sent.ids[asked]
-        assert host.tokenizer.decode(prompt_ids).endswith("<|im_start|>assistant\n<think>\n")
-        assert ids[:len(prompt_ids)] == prompt_ids and host.tokenizer.decode(ids[len(prompt_ids):]) == edited
-        assert resumed is not None and resumed.thinking_text.startswith(edited)
-    finally:
-        host.close()
-    assert vllm_processes(before) == []
+    thinking sent after a prompt that no longer opens the block, or the reply's texts not starting with it.
+    The session's hybrid engine (tests/conftest.py), shared with the Think switch's tests."""
+    host = hybrid_engine
+    monkeypatch.setattr(host._engine, "generate", host._engine.generate)  # the spy below is undone after the test
+    sent = SentRequests(host)
+    sampling = SamplingConfig(temperature=0.0, think_budget=24, max_tokens=8, thinking=True)
+    question = [{"role": "user", "content": "How long is 300 cm in metres?"}]
+    first = host.loop_thread.submit(host.stream_to(lambda event: None, question, sampling, "hybrid-first",
+                                                   ignore_eos=True)).result(300)
+    assert first is not None and first.thinking_text.strip()
+    edited = first.thinking_text[:len(first.thinking_text) // 2] + "\n" + HINT
+    asked = len(sent.ids)
+    resumed = host.loop_thread.submit(host.stream_to(lambda event: None, question, sampling, "hybrid-resume",
+                                                     ignore_eos=True, resume=Resume("thinking", edited))
+                                      ).result(300)
+    prompt_ids, ids = sent.ids[0], sent.ids[asked]
+    assert host.tokenizer.decode(prompt_ids).endswith("<|im_start|>assistant\n<think>\n")
+    assert ids[:len(prompt_ids)] == prompt_ids and host.tokenizer.decode(ids[len(prompt_ids):]) == edited
+    assert resumed is not None and resumed.thinking_text.startswith(edited)

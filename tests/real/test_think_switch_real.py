@@ -4,49 +4,21 @@ treats it as a hybrid model. The switch changes the prompt the template renders,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from app.core.models.model_families import model_family
-from app.core.settings.settings import EngineConfig, SamplingConfig
+from app.core.settings.settings import SamplingConfig
 from app.engine.events import Finished
 from app.engine.local.host import EngineHost
-from tests.conftest import child_pids, require_embedded_model, vllm_processes
 
 pytestmark = pytest.mark.real_engine
 
-# Qwen3's own template, cut to the parts that decide the generation prompt.
-QWEN3_STYLE_TEMPLATE = """{%- for message in messages %}
-    {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-    {%- if enable_thinking is defined and enable_thinking is false %}
-        {{- '<think>\\n\\n</think>\\n\\n' }}
-    {%- endif %}
-{%- endif %}"""
 QUESTION = [{"role": "user", "content": "What is 12 times 7?"}]
 
 
-@pytest.fixture(scope="module")
-def hybrid_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineHost]:
-    source = require_embedded_model()
-    folder = tmp_path_factory.mktemp("models") / "Qwen3-style-SmolLM2-135M"
-    folder.mkdir()
-    for item in source.iterdir():
-        if item.name != "chat_template.jinja":
-            (folder / item.name).symlink_to(item)
-    (folder / "chat_template.jinja").write_text(QWEN3_STYLE_TEMPLATE, encoding="utf-8")
-    assert model_family(folder.name, "llama").thinking == "hybrid"
-    before = child_pids()  # the session's shared engine may be running: it is not this fixture's to end
-    host = EngineHost()
-    try:
-        host.loop_thread.submit(host.start(EngineConfig(model=str(folder), max_model_len=2048))).result(600)
-        yield host
-    finally:
-        host.close()
-    assert vllm_processes(before) == [], "vLLM processes survived the engine's shutdown"
+@pytest.fixture
+def hybrid_host(hybrid_engine: EngineHost) -> EngineHost:
+    """The session's hybrid engine (tests/conftest.py), shared with tests/real/test_pause_edit_real.py."""
+    return hybrid_engine
 
 
 def reply(host: EngineHost, thinking: bool) -> Finished:

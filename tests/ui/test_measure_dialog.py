@@ -294,7 +294,8 @@ def test_calibration_shows_before_and_after_and_switches_to_the_calibrated_model
 @pytest.mark.real_engine
 def test_real_bench_in_the_dialog_then_a_cancel_ends_its_engine(qtbot, make_window) -> None:
     """The real `python -m app bench` (auto only, small) through the dialog; then a second run
-    cancelled while its EngineCore measures: SIGTERM to the group leaves nothing behind."""
+    cancelled while its EngineCore measures: SIGTERM to the group leaves nothing behind and saves nothing
+    (the bench's only cancel test: tests/commands/test_fp8_bench.py checks its job lines and results)."""
     require_embedded_model()
     window, dialog = open_dialog(qtbot, make_window)
     dialog.bench.command = lambda: app_command("bench", "--progress-jsonl", "--kv-dtypes", "auto",
@@ -307,6 +308,8 @@ def test_real_bench_in_the_dialog_then_a_cancel_ends_its_engine(qtbot, make_wind
     assert float(table.item(1, 3).text()) > 0  # ms/token
     assert not dialog.bench_plot.pixmap().isNull()
     assert str(paths.data_dir() / "bench") in dialog.bench_saved.text()
+    saved = sorted((paths.data_dir() / "bench").glob("fp8-*.json"))
+    assert len(saved) == 1
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=20_000)
 
     dialog.bench.command = lambda: app_command("bench", "--progress-jsonl", "--kv-dtypes", "auto",
@@ -320,6 +323,7 @@ def test_real_bench_in_the_dialog_then_a_cancel_ends_its_engine(qtbot, make_wind
     qtbot.waitUntil(lambda: dialog.bench.step_label.text() == "cancelled", timeout=120_000)
     assert group_alive(pgid) == [], "the bench or its EngineCore survived the cancel"
     assert dialog.bench.error_label.isHidden()
+    assert sorted((paths.data_dir() / "bench").glob("fp8-*.json")) == saved, "a cancelled run saves no result"
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=20_000)
     dialog.close()
 
