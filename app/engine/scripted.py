@@ -74,6 +74,7 @@ class ScriptedEngineDouble(EngineBase):
         self.tool_offers: list[ToolOffer | None] = []  # each request's tools and tool_choice
         self._answer_now: set[str] = set()
         self._aborted: set[str] = set()
+        self._abort_events: dict[str, asyncio.Event] = {}  # request id: set by abort(), ends a script's pause
         self.config: EngineConfig | None = None
 
     async def start(self, config: EngineConfig, *, kv_block_size: int | None = None) -> EngineReady:
@@ -98,6 +99,15 @@ class ScriptedEngineDouble(EngineBase):
 
     async def abort(self, request_id: str) -> None:
         self._aborted.add(request_id)
+        if (woken := self._abort_events.get(request_id)) is not None:
+            woken.set()
+
+    async def _until_next_token(self, request_id: str, delay: float) -> None:
+        """The script's pause before its next token, cut short by an abort: a real engine ends an aborted
+        request at its next step, not after a slow script's next token (40 s in some tests)."""
+        woken = self._abort_events.setdefault(request_id, asyncio.Event())
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(woken.wait(), delay)
 
     def request_answer_now(self, request_id: str) -> None:
         self.loop_thread.call_soon(self._answer_now.add, request_id)
@@ -175,7 +185,10 @@ class ScriptedEngineDouble(EngineBase):
                 next_at += interval
                 delay = next_at - time.perf_counter()
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    await self._until_next_token(rid, delay)
+                    if rid in self._aborted:
+                        reason = "abort"
+                        break
                 elif index % 64 == 0:
                     await asyncio.sleep(0)  # a very fast script still lets abort in
                 phase: Phase = "thinking" if splitter.in_thinking else "answer"

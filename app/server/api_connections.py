@@ -30,6 +30,7 @@ KEEPALIVE_S = 75.0  # as nginx; the openai client's pool keeps idle connections 
 FIRST_BYTES_S = 2.0  # a new connection must have sent something by then (a client sends its request at once)
 HEADER_READ_S = 10.0  # and its first request's headers by then
 BODY_READ_S = 30.0  # and a request its whole body, once its headers are in
+LINGER_S = 2.0  # and the unread rest of a refused body, before the connection closes
 MAX_CONNECTIONS = 128  # authenticated ones: well under a default 1,024-descriptor limit; 50 streams at once fit
 MAX_UNAUTHENTICATED = 64  # connections not yet past the token: past it, the oldest is closed to make room
 HEADER_END = b"\r\n\r\n"

@@ -30,6 +30,7 @@ from aiohttp.web_exceptions import HTTPException
 from app.core.settings.settings import SamplingConfig
 from app.engine.base import EngineBase
 from app.server.api_connections import (
+    LINGER_S,
     ConnectionGuard,
     GuardedRequestHandler,
     error_response,
@@ -94,6 +95,9 @@ class LocalApiServer:
             "loop": asyncio.get_running_loop(), "keepalive_timeout": self.guard.keepalive_s,
             "auto_decompress": False,  # a small gzip body must not inflate before the token is checked
             "access_log": None,  # request lines stay out of the logs
+            # After a refusal, the rest of an unread body is drained this long before the connection closes
+            # (aiohttp's default, 10 s, kept a stalled client's place under the connection cap that long).
+            "lingering_time": LINGER_S,
         }
         try:
             self._listener = await asyncio.get_running_loop().create_server(
@@ -133,7 +137,8 @@ class LocalApiServer:
             response: web.StreamResponse = await handler(request)
             return response
         except ApiError as error:
-            return error_response(error)
+            # A body cut off half way leaves the rest of it where the next request would start: end the connection.
+            return _closing(error_response(error)) if error.status == 408 else error_response(error)
         except HTTPException as exc:
             return _http_error(request, exc)
         except Exception:  # a bug of ours: the client still gets JSON, the log gets the traceback
