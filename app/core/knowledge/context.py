@@ -1,8 +1,9 @@
 """What of the collections goes into the prompt: the top passages within a token budget, numbered for citations.
 
 Ranking is BM25 (FTS5's bm25()), or hybrid when an embedding model is given and the collections have its vectors
-(hybrid.search_ranked: BM25 and vectors fused); the fields say which ranked them, so the window can show it. Tokens are counted with ``count_tokens`` when the caller
-has the model's tokenizer, else approximated (passages.approx_tokens: characters / 4); ``counted_by`` says which.
+(hybrid.search_ranked: BM25 and vectors fused); the fields say which ranked them, so the window can show it.
+Tokens are counted with ``count_tokens`` when the caller has the model's tokenizer, else approximated
+(passages.approx_tokens: characters / 4); ``counted_by`` says which.
 """
 
 from __future__ import annotations

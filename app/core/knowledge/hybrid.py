@@ -55,8 +55,11 @@ def search_ranked(store: KnowledgeStore, names: list[str], query: str, *, limit:
     for ranked in ([p.passage_id for p in by_words], by_vector):
         for rank, passage_id in enumerate(ranked, 1):
             fused[passage_id] = fused.get(passage_id, 0.0) + 1.0 / (RRF_K + rank)
-    best = sorted(fused, key=lambda pid: (-fused[pid], pid))[:limit]
+    words_rank = {p.passage_id: rank for rank, p in enumerate(by_words)}
+    # A tie (BM25's first without a vector yet, the vectors' first without the words) goes to the words' match.
+    best = sorted(fused, key=lambda pid: (-fused[pid], words_rank.get(pid, len(words_rank)), pid))[:limit]
     known = {p.passage_id: p for p in by_words}
     fetched = {p.passage_id: p for p in store.passages([pid for pid in best if pid not in known])}
-    found = [replace(known.get(pid) or fetched[pid], score=fused[pid]) for pid in best if pid in known or pid in fetched]
+    known.update(fetched)
+    found = [replace(known[pid], score=fused[pid]) for pid in best if pid in known]
     return Ranked(found, "hybrid", embedder.name)

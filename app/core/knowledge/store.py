@@ -186,7 +186,8 @@ class KnowledgeStore:
             rows = self._db.execute(
                 "SELECT p.id, f.collection, f.path, p.page, p.line_start, p.line_end, p.text, p.tokens FROM passages p "
                 f"JOIN files f ON f.id = p.file_id WHERE p.id IN ({marks})", ids).fetchall()
-        by_id = {row[0]: Passage(row[0], row[1], Path(row[2]), *row[3:7], 0.0, row[7]) for row in rows}
+        by_id = {pid: Passage(pid, coll, Path(path), page, start, end, text, 0.0, tokens)
+                 for pid, coll, path, page, start, end, text, tokens in rows}
         return [by_id[pid] for pid in ids if pid in by_id]
 
     def vectors(self, names: list[str], model: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
