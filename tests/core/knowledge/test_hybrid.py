@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sqlite3
+import subprocess
 import sys
 from contextlib import closing
 from pathlib import Path
@@ -46,6 +48,7 @@ DISTRACTORS = [
     "The printer jams when the paper is damp; keep the ream sealed in a dry cupboard.",
 ]
 QUESTION = "why does my car run hot"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +133,32 @@ def test_sync_embeds_only_what_is_new_and_deleted_or_changed_passages_lose_their
     redone = sync_collection(knowledge_path(), "notes", embedder=changed)
     assert redone.embedded is not None and redone.embedded.count == 20
     assert {model for _pid, model in vector_rows()} == {changed.model_id} and len(vector_rows()) == 20
+
+
+def test_a_sync_killed_mid_embed_keeps_its_batches_and_the_next_embeds_only_the_rest(
+        docs: Path, store: KnowledgeStore, minilm: Embedder) -> None:
+    """Catches vectors written apart from a batch's transaction (a kill leaves a half-written batch), a next sync
+    that embeds everything again, and a passage holding two vectors. The kill is a real SIGKILL of a real
+    `nalar knowledge sync` child while it embeds."""
+    files = 384
+    for n in range(files):
+        (docs / f"note{n:03}.md").write_text(f"Note {n} about topic {n % 17}.\n")
+    store.add("notes", [docs])
+    child = subprocess.Popen([sys.executable, "-m", "app", "knowledge", "sync", "notes"], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
+    for line in child.stderr:
+        if line.startswith("embedding 128/"):
+            child.send_signal(signal.SIGKILL)
+            break
+    child.stderr.close()
+    assert child.wait(timeout=120) == -signal.SIGKILL, "the child ended before it could be killed mid-embed"
+    done = len(vector_rows())
+    assert 128 <= done < files and done % 64 == 0, f"the kill was not mid-embed, or a batch was half written: {done}"
+    result = sync_collection(knowledge_path(), "notes", embedder=minilm)
+    assert result.read == 0 and result.embedded is not None and result.embedded.count == files - done, result
+    rows = vector_rows()
+    assert len(rows) == len({pid for pid, _model in rows}) == files, "a passage has two vectors, or none"
 
 
 def test_passages_without_a_vector_yet_still_rank_by_bm25(docs: Path, store: KnowledgeStore,
