@@ -243,7 +243,7 @@ def _in_hub_cache() -> Path | None:
     from huggingface_hub import scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
-    from app.core.hub.library import hub_cache_dir
+    from app.core.settings.paths import hub_cache_dir
 
     try:
         info = scan_cache_dir(hub_cache_dir())

@@ -20,6 +20,10 @@ from app.core.knowledge.store import KnowledgeStore, Passage
 # Methods" (SIGIR 2009): k = 60 damps the weight of the very top ranks, and needs no tuning per collection.
 RRF_K = 60
 DEPTH = 50  # each ranking's top passages that are fused
+# A vector ranks every passage, the unrelated too: below this cosine a passage is no candidate of the vectors' (in
+# all-MiniLM-L6-v2, unrelated text scores 0-0.2 and a paraphrase 0.3+), so a question doesn't fill its budget with
+# passages that only happen to be nearest. Models with a higher floor (bge) just pass more on to the fusion.
+MIN_SIMILARITY = 0.25
 
 Ranking = Literal["bm25", "hybrid"]
 
@@ -49,7 +53,8 @@ def search_ranked(store: KnowledgeStore, names: list[str], query: str, *, limit:
     similarity = matrix @ question
     depth = min(DEPTH, len(ids))
     nearest = np.argpartition(-similarity, depth - 1)[:depth]
-    by_vector = [int(ids[i]) for i in nearest[np.argsort(-similarity[nearest], kind="stable")]]
+    by_vector = [int(ids[i]) for i in nearest[np.argsort(-similarity[nearest], kind="stable")]
+                 if similarity[i] >= MIN_SIMILARITY]
     by_words = store.search(names, query, limit=max(DEPTH, limit))
     fused: dict[int, float] = {}
     for ranked in ([p.passage_id for p in by_words], by_vector):
