@@ -21,7 +21,7 @@ from app.core.knowledge.embedder import Embedder, EmbedderBroken
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-EMBED_EVERY = 64  # passages embedded and written per transaction; Cancel is checked between them
+EMBED_EVERY = 32  # passages embedded and written per transaction (2-3 s on 2 cores); Cancel is checked between them
 
 
 @dataclass(frozen=True)
