@@ -49,8 +49,7 @@ def _memory_gib() -> float | None:
     return round(kib / 2**20, 1)
 
 
-def _bench_embedding(store: KnowledgeStore, db_path: Path, queries: list[str],
-                     embedder: Embedder) -> dict[str, Any]:
+def _bench_embedding(db_path: Path, queries: list[str], embedder: Embedder) -> dict[str, Any]:
     started = time.perf_counter()
     embedder.embed(["warm-up"])  # the model's load, timed apart from embedding
     load_s = time.perf_counter() - started
@@ -61,7 +60,9 @@ def _bench_embedding(store: KnowledgeStore, db_path: Path, queries: list[str],
     times, hybrid = [], 0
     for query in queries:
         started = time.perf_counter()
+        store = KnowledgeStore(db_path)  # a store per question, as the window's look-up and the terminal open one
         ranked = search_ranked(store, ["bench"], query, limit=8, embedder=embedder)
+        store.close()
         times.append((time.perf_counter() - started) * 1000)
         hybrid += ranked.ranking == "hybrid"
     return {"model": embedder.name, "origin": embedder.origin, "load_s": round(load_s, 2),
@@ -103,7 +104,7 @@ def bench_knowledge(seed: int = 51) -> dict[str, Any]:
             times.append((time.perf_counter() - started) * 1000)
             hits += bool(found)
         embedder = find_embedder("").embedder
-        embedding = None if embedder is None else _bench_embedding(store, db_path, queries, embedder)
+        embedding = None if embedder is None else _bench_embedding(db_path, queries, embedder)
         collection = store.collection("bench")
         store.close()
         index_bytes = sum(path.stat().st_size for path in root.glob("knowledge.sqlite3*"))

@@ -200,6 +200,6 @@ def _search(store: KnowledgeStore, name: str, query: str, *, as_json: bool, limi
              "files changed.")
         return 1
     for number, passage in enumerate(found, 1):
-        print(f"[{number}] {passage.path}, {passage.place}  (score {passage.score:.3f})")
+        print(f"[{number}] {passage.path}, {passage.place}  (score {passage.score:.4g})")
         print("\n".join(f"    {line}" for line in passage.text.splitlines()))
     return 0
