@@ -104,6 +104,18 @@ def test_the_vectors_are_unit_length_and_a_paraphrase_is_nearer_than_another_top
     assert rows[0] @ rows[3] > 0.999, "padding changed the vector"
 
 
+def test_embedding_uses_transformers_alone_never_sentence_transformers() -> None:
+    """Catches an import of sentence_transformers (the test extra's package depends on it, so it is installed
+    here, but a user's Nalar has no such dependency) or remote code being trusted."""
+    probe = ("import sys; from app.core.knowledge.embedder import find_embedder; "
+             "rows = find_embedder('').embedder.embed(['a kettle']); "
+             "print(rows.shape, 'sentence_transformers' in sys.modules)")
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0 and ran.stdout.split() == ["(1,", "384)", "False"], ran.stdout + ran.stderr
+    source = (ROOT / "app" / "core" / "knowledge" / "embedder.py").read_text()
+    assert "trust_remote_code=True" not in source and source.count("trust_remote_code=False") == 2
+
+
 def test_sync_embeds_only_what_is_new_and_deleted_or_changed_passages_lose_their_vectors(
         docs: Path, store: KnowledgeStore, minilm: Embedder, tmp_path: Path) -> None:
     """Catches a sync that embeds everything again (or nothing new), vectors left behind by a deleted file, and
