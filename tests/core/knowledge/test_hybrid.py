@@ -96,12 +96,16 @@ def test_a_paraphrase_bm25_misses_is_found_by_hybrid(docs: Path, store: Knowledg
 
 
 def test_the_vectors_are_unit_length_and_a_paraphrase_is_nearer_than_another_topic(minilm: Embedder) -> None:
-    """Catches a pooling over padding or no L2 normalising (cosine would not be a dot product)."""
+    """Catches a pooling over padding, no L2 normalising (cosine would not be a dot product), and input not
+    truncated at the folder's max_seq_length (a long passage would fail or cost more than it adds)."""
     rows = minilm.embed([QUESTION, ANSWER, DISTRACTORS[5], QUESTION + " " * 40])
     assert rows.shape == (4, 384) and rows.dtype == np.float32
     assert np.allclose(np.linalg.norm(rows, axis=1), 1, atol=1e-5)
     assert rows[0] @ rows[1] > rows[0] @ rows[2] + 0.2
     assert rows[0] @ rows[3] > 0.999, "padding changed the vector"
+    long = "The kettle boils water. " * 80  # past max_seq_length (256 tokens): the rest is not read
+    cut = minilm.embed([long, long + "Volcanoes erupt molten rock and ash.", long[:400]])
+    assert cut[0] @ cut[1] > 0.9999 and cut[0] @ cut[2] < 0.9999, "not truncated at max_seq_length"
 
 
 def test_embedding_uses_transformers_alone_never_sentence_transformers() -> None:
