@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -169,10 +170,14 @@ class Embedder:
 
 def _load(folder: Path) -> tuple[Any, Any, int, str, bool]:
     try:
+        import torch
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # its "Loading weights" bar would land in the CLI's output
+        # One core left to the window (and to the rest of the machine): with as many threads as cores, a core
+        # taken by anything else stalls each of torch's parallel steps (0.5 s a question on a busy 2-core box).
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - 1))
 
         modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
         mode = _pooling_mode(_pooling_config(folder, modules) or {}) or "mean"
