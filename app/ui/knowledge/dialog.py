@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QInputDialog,
+    QLabel,
     QListWidget,
     QMessageBox,
     QProgressBar,
@@ -92,13 +93,18 @@ def _synced_in_background(store_path: Path, name: str, relay: SyncProgressRelay,
     return sync_collection(store_path, name, on_progress=relay.report, cancelled=cancel.is_set, embedder=embedder)
 
 
-def progress_shown(progress: SyncProgress) -> tuple[int, int, str, str]:
-    """The bar's maximum, value and format, and the status line, for a progress report."""
+def _show_progress(bar: QProgressBar, status: QLabel, progress: SyncProgress) -> None:
+    """The bar and the status line for a progress report: files read, then passages embedded."""
     if progress.phase == "embedding":
-        return (max(1, progress.to_embed), progress.embedded, "embedding %v/%m passages",
-                f"Embedding {progress.to_embed:,} passages (hybrid ranking)…")
-    return (max(1, progress.files_total), progress.files_done,
-            f"%v of %m files · {progress.passages_added:,} passages", f"Reading {progress.current}")
+        maximum, value, shown = progress.to_embed, progress.embedded, "embedding %v/%m passages"
+        status.setText(f"Embedding {progress.to_embed:,} passages (hybrid ranking)…")
+    else:
+        maximum, value = progress.files_total, progress.files_done
+        shown = f"%v of %m files · {progress.passages_added:,} passages"
+        status.setText(f"Reading {progress.current}")
+    bar.setRange(0, max(1, maximum))
+    bar.setValue(value)
+    bar.setFormat(shown)
 
 
 def result_line(name: str, result: SyncResult) -> str:
@@ -291,11 +297,9 @@ class KnowledgeDialog(QDialog):
             self.status.setText("Cancelling: the file being read is finished first…")
 
     def show_progress(self, progress: SyncProgress) -> None:
-        maximum, value, shown, status = progress_shown(progress)
-        self.progress.setRange(0, maximum)
-        self.progress.setValue(value)
-        self.progress.setFormat(shown)
-        self.status.setText(status)
+        if self.sync_operation is None:  # the relay's latest, come after the end: the result line stays
+            return
+        _show_progress(self.progress, self.status, progress)
 
     def _synced(self, name: str, result: SyncResult) -> None:
         self.sync_operation = None
