@@ -55,7 +55,7 @@ def test_the_ranking_is_chosen_said_and_kept_for_the_window_too(tmp_path: Path) 
     (docs / "engine.md").write_text("Automobile engine overheating: the coolant level dropped.\n")
     assert nalar("add", "notes", str(docs)).returncode == 0
     bm25 = json.loads(nalar("search", "notes", "engine", "--json", "--ranking", "bm25").stdout)
-    assert (bm25["ranking"], bm25["embedder"], len(bm25["passages"])) == ("bm25", None, 1)
+    assert (bm25["ranking"], bm25["embedder"], bm25["note"], len(bm25["passages"])) == ("bm25", None, None, 1)
     shown = nalar("embedder")
     assert shown.returncode == 0 and "Ranking: hybrid, BM25 + all-MiniLM-L6-v2 (installed package)" in shown.stdout
     bad = nalar("embedder", str(docs))

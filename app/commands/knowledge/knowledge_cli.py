@@ -188,6 +188,7 @@ def _search(store: KnowledgeStore, name: str, query: str, *, as_json: bool, limi
     found = ranked.passages
     if as_json:
         print(json.dumps({"ranking": ranked.ranking, "embedder": ranked.embedder or None,
+                          "note": ranked.note or choice.problem or None,  # why BM25 though a model was asked for
                           "passages": [{"path": str(p.path), "page": p.page, "line_start": p.line_start,
                                         "line_end": p.line_end, "score": float(f"{p.score:.4g}"),
                                         "tokens": p.tokens, "text": p.text} for p in found]},
