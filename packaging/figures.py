@@ -611,6 +611,12 @@ def render_bench_knowledge(r: Results) -> str:
              f"≤ {num(goal['query_p95_ms'])} ms", met(report["query_p95_ms"], goal["query_p95_ms"])],
             [stall_row, "–" if stall is None else f"{num(stall, 1)} ms",
              f"≤ {num(goal['window_stall_ms'])} ms", met(stall, goal["window_stall_ms"])]]
+    if (embedding := report.get("embedding")) is not None:  # hybrid ranking: an embedding model was found
+        rows += [[f"embedding every passage ({embedding['model']}, {embedding['origin']})",
+                  f"{num(embedding['embed_s'], 1)} s", "", f"{num(embedding['passages_per_s'], 1)} passages/s"],
+                 ["hybrid query p50", f"{num(embedding['hybrid_query_p50_ms'], 1)} ms", "", ""],
+                 ["hybrid query p95", f"{num(embedding['hybrid_query_p95_ms'], 1)} ms",
+                  f"≤ {num(goal['query_p95_ms'])} ms", met(embedding["hybrid_query_p95_ms"], goal["query_p95_ms"])]]
     out = table(["measure", "result", "goal", ""], rows, "lrrl")
     out += (f"\nCorpus: {num(corpus['text_pages'])} pages of text in {corpus['text_files']} Markdown files and "
             f"{corpus['pdfs']} PDFs ({num(corpus['pdf_pages'])} pages), {num(corpus['bytes'] / 2**20, 1)} MiB; "

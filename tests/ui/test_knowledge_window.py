@@ -169,14 +169,16 @@ def test_a_sync_runs_through_the_runner_with_progress_and_cancel_while_the_windo
     ran_on: list[str] = []
     real_sync = dialog_module.sync_collection
 
-    def held_sync(store_path, name, *, on_progress=None, cancelled=lambda: False):  # type: ignore[no-untyped-def]
+    def held_sync(store_path, name, *, on_progress=None, cancelled=lambda: False,  # type: ignore[no-untyped-def]
+                  embedder=None):
         ran_on.append(threading.current_thread().name)
+        assert embedder is not None and embedder.name == "all-MiniLM-L6-v2", "the dialog's model not handed on"
         for done in range(500):  # a burst of progress: the relay passes few of them
             on_progress(SyncProgress(done, 500, f"file-{done}.md", done))
         started.set()
         assert release.wait(30), "hang guard"
         assert cancelled(), "Cancel never reached the worker"
-        return real_sync(store_path, name, on_progress=on_progress, cancelled=cancelled)
+        return real_sync(store_path, name, on_progress=on_progress, cancelled=cancelled, embedder=embedder)
 
     monkeypatch.setattr(dialog_module, "sync_collection", held_sync)
     window.menus.trigger("knowledge")
@@ -278,3 +280,39 @@ def test_an_index_from_a_newer_nalar_is_named_and_the_question_goes_without(qtbo
     send(qtbot, window, "Anything on glycerol?")
     assert "Knowledge not used" in window.knowledge.sources.label.text(), window.knowledge.sources.label.text()
     assert engine.requests[-1][-1]["content"] == "Anything on glycerol?"
+
+
+def test_the_dialog_says_which_ranking_and_a_question_is_ranked_so(qtbot, make_window, tmp_path: Path) -> None:
+    """Bugs caught: the window not saying which ranking it uses or which model; a sync that doesn't embed (or
+    does it on the GUI thread: the runner's worker is the only caller), or whose last progress report, delivered
+    after it ended, replaces the result line; a question's summary saying BM25 when
+    the vectors ranked it, or hybrid once the model is turned off; a broken folder chosen silently."""
+    engine = ScriptedEngineDouble([Script(["Glycerol boils at 290 °C [1]."]), Script(["290 °C [1]."])])
+    window = make_window(engine)
+    wait_ready(qtbot, window)
+    write_notes(tmp_path / "notes")
+    window.menus.trigger("knowledge")
+    dialog = window.knowledge.dialog
+    assert dialog.ranking.label.text() == "Ranking: hybrid, BM25 + all-MiniLM-L6-v2 (installed package)"
+    embedding: list[tuple[int, int]] = []
+    dialog.relay.progressed.connect(lambda p: embedding.append((p.embedded, p.to_embed))
+                                    if p.phase == "embedding" else None)
+    with qtbot.waitSignal(dialog.synced, timeout=60_000):
+        dialog.new_collection("notes", tmp_path / "notes")
+    qtbot.waitUntil(lambda: embedding[-1:] == [(3, 3)], timeout=5_000)  # the relay's latest comes within 100 ms
+    assert dialog.status.text().endswith("3 embedded."), "a late progress report hid the result"
+    window.knowledge.choose("notes", True)
+    send(qtbot, window, "At what temperature does glycerol boil?")
+    knowledge = window.session.conversation.turns[-1].knowledge
+    assert knowledge is not None and knowledge.summary.endswith("(hybrid: BM25 + all-MiniLM-L6-v2)"), knowledge
+    assert [Path(source.path).name for source in knowledge.sources] == ["chemistry.md"], "unrelated passages went in"
+    broken = tmp_path / "not-a-model"
+    broken.mkdir()
+    dialog.ranking.choose(broken)
+    assert f"Not chosen: the embedding model folder {broken} has no config.json" in dialog.ranking.label.text()
+    assert dialog.ranking.choice.embedder is not None, "a broken folder replaced the working model"
+    dialog.ranking.store("off")
+    assert dialog.ranking.label.text().startswith("Ranking: BM25 — the embedding model is turned off")
+    send(qtbot, window, "And glycerol?")
+    knowledge = window.session.conversation.turns[-1].knowledge
+    assert knowledge is not None and knowledge.summary.endswith("(BM25)"), knowledge

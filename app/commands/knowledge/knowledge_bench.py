@@ -4,7 +4,10 @@ and a temporary index (the user's are never touched).
 Generates 1,000 pages of text (100 Markdown files of 10 pages) and 50 PDFs (4 pages each, written with pypdf),
 then times, with the code the window and `nalar knowledge` use: the first index (sync_collection on an empty
 index), a sync with nothing changed, and 100 searches of 2-5 words (half a file's topic words, half any words),
-p50 and p95. Goals (issue 51, this 2-core machine): first index <= 60 s, no-change sync <= 2 s, query p95 <= 100 ms.
+p50 and p95. With an embedding model found (as `nalar knowledge` finds one), also: its load, embedding the whole
+corpus (a sync that reads nothing and embeds every passage) and the same queries ranked hybrid, p50 and p95
+(``embedding``; null without a model). Goals (issue 51, this 2-core machine): first index <= 60 s, no-change
+sync <= 2 s, query p95 <= 100 ms.
 The window's longest stall while indexing is the window's bench to measure: ``window_stall_ms`` is left null
 here for it. With --json the report is printed as JSON and, in a source checkout, written to
 docs/results/bench-knowledge.json for packaging/figures.py.
@@ -23,6 +26,8 @@ from typing import Any
 
 from app.commands.jobs import machine_description, publish_bench_report
 from app.commands.knowledge.corpus import vocabulary, write_pdfs, write_text_files
+from app.core.knowledge.embedder import Embedder, find_embedder
+from app.core.knowledge.hybrid import search_ranked
 from app.core.knowledge.store import KnowledgeStore
 from app.core.knowledge.sync import sync_collection
 
@@ -42,6 +47,29 @@ def _memory_gib() -> float | None:
     except (OSError, StopIteration, ValueError):
         return None
     return round(kib / 2**20, 1)
+
+
+def _bench_embedding(db_path: Path, queries: list[str], embedder: Embedder) -> dict[str, Any]:
+    started = time.perf_counter()
+    embedder.embed(["warm-up"])  # the model's load, timed apart from embedding
+    load_s = time.perf_counter() - started
+    started = time.perf_counter()
+    synced = sync_collection(db_path, "bench", embedder=embedder)
+    embed_s = time.perf_counter() - started
+    assert synced.embedded is not None and not synced.embedded.problem, synced
+    times, hybrid = [], 0
+    for query in queries:
+        started = time.perf_counter()
+        store = KnowledgeStore(db_path)  # a store per question, as the window's look-up and the terminal open one
+        ranked = search_ranked(store, ["bench"], query, limit=8, embedder=embedder)
+        store.close()
+        times.append((time.perf_counter() - started) * 1000)
+        hybrid += ranked.ranking == "hybrid"
+    return {"model": embedder.name, "origin": embedder.origin, "load_s": round(load_s, 2),
+            "passages_embedded": synced.embedded.count, "embed_s": round(embed_s, 2),
+            "passages_per_s": round(synced.embedded.count / embed_s, 1) if embed_s else None,
+            "hybrid_queries": hybrid, "hybrid_query_p50_ms": round(_percentile(times, 0.5), 2),
+            "hybrid_query_p95_ms": round(_percentile(times, 0.95), 2), "hybrid_query_max_ms": round(max(times), 2)}
 
 
 def bench_knowledge(seed: int = 51) -> dict[str, Any]:
@@ -75,6 +103,8 @@ def bench_knowledge(seed: int = 51) -> dict[str, Any]:
             found = store.search("bench", query, limit=8)
             times.append((time.perf_counter() - started) * 1000)
             hits += bool(found)
+        embedder = find_embedder("").embedder
+        embedding = None if embedder is None else _bench_embedding(db_path, queries, embedder)
         collection = store.collection("bench")
         store.close()
         index_bytes = sum(path.stat().st_size for path in root.glob("knowledge.sqlite3*"))
@@ -94,6 +124,7 @@ def bench_knowledge(seed: int = 51) -> dict[str, Any]:
         "query_p50_ms": round(_percentile(times, 0.5), 2), "query_p95_ms": round(_percentile(times, 0.95), 2),
         "query_max_ms": round(max(times), 2),
         "window_stall_ms": None,  # the window half's bench fills this (the GUI thread's longest stall while indexing)
+        "embedding": embedding,
         "goal": GOALS,
     }
 
@@ -118,6 +149,10 @@ def render(report: dict[str, Any]) -> str:
              f"({corpus['pdf_pages']} pages), {corpus['bytes'] / 2**20:.1f} MiB; index: {index['files']} files, "
              f"{index['passages']:,} passages, {index['bytes'] / 2**20:.1f} MiB",
              f"load average (1 min) before, after: {report['load_average_1min']}", ""]
+    if (embedding := report.get("embedding")) is not None:
+        rows += [(f"embedding {embedding['passages_embedded']:,} passages", f"{embedding['embed_s']:.1f} s", "", ""),
+                 ("hybrid query p50", f"{embedding['hybrid_query_p50_ms']:.1f} ms", "", ""),
+                 ("hybrid query p95", f"{embedding['hybrid_query_p95_ms']:.1f} ms", "", "")]
     lines += [f"{name:40} {value:>10}  {limit:>10}  {met}" for name, value, limit, met in rows]
     return "\n".join(lines)
 

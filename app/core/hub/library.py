@@ -21,6 +21,7 @@ from app.core.models.hub_download import COMPLETE_MARKER, PARTIAL_DIR, is_comple
 from app.core.models.model_folder import folder_problem
 from app.core.safe_files import UnsafeName, safe_child
 from app.core.settings import paths
+from app.core.settings.paths import hub_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +41,6 @@ class LibraryEntry:
 def default_state_file() -> Path:
     """The user's added folders and each model's last use."""
     return paths.data_dir() / "model-library.json"
-
-
-def hub_cache_dir() -> Path:
-    """HF_HUB_CACHE, else HF_HOME/hub, read now (huggingface_hub froze both into its constants at import)."""
-    from huggingface_hub import constants
-
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    return Path(constants.HF_HUB_CACHE)
 
 
 def size_on_disk(folder: Path) -> int:

@@ -1,8 +1,9 @@
 """What of the collections goes into the prompt: the top passages within a token budget, numbered for citations.
 
-Ranking is BM25 (FTS5's bm25()); "hybrid" is for when an embedding model re-ranks them (not built yet: the field
-says which ranked them, so the window can show it). Tokens are counted with ``count_tokens`` when the caller
-has the model's tokenizer, else approximated (passages.approx_tokens: characters / 4); ``counted_by`` says which.
+Ranking is BM25 (FTS5's bm25()), or hybrid when an embedding model is given and the collections have its vectors
+(hybrid.search_ranked: BM25 and vectors fused); the fields say which ranked them, so the window can show it.
+Tokens are counted with ``count_tokens`` when the caller has the model's tokenizer, else approximated
+(passages.approx_tokens: characters / 4); ``counted_by`` says which.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from app.core.knowledge.embedder import Embedder
+from app.core.knowledge.hybrid import search_ranked
 from app.core.knowledge.passages import approx_tokens
 from app.core.knowledge.store import KnowledgeStore, Passage
 
@@ -25,15 +28,17 @@ class KnowledgeContext:
     tokens: int  # of prompt_block() as a whole, counted as ``counted_by`` says
     ranking: Literal["bm25", "hybrid"]
     counted_by: Literal["approximate", "tokenizer"] = "approximate"
+    embedder: str = ""  # the embedding model's name when hybrid
+    note: str = ""  # why an embedding model given was not used
 
     def summary(self) -> str:
-        """"6 passages, 1,840 tokens (BM25)"; "no passages found" for none."""
+        """"6 passages, 1,840 tokens (BM25)" or "… (hybrid: BM25 + all-MiniLM-L6-v2)"; "no passages found"."""
         if not self.passages:
             return "no passages found"
         count = len(self.passages)
         approx = "about " if self.counted_by == "approximate" else ""
         return (f"{count} passage{'s' if count != 1 else ''}, {approx}{self.tokens:,} tokens "
-                f"({'BM25' if self.ranking == 'bm25' else 'hybrid'})")
+                f"({'BM25' if self.ranking == 'bm25' else f'hybrid: BM25 + {self.embedder}'})")
 
     def prompt_block(self) -> str:
         """The text put before the question: each passage numbered, with its file and page or line span."""
@@ -55,11 +60,16 @@ def block(passages: tuple[Passage, ...]) -> str:
 
 
 def knowledge_for(store: KnowledgeStore, collections: list[str], question: str, *, token_budget: int,
-                  count_tokens: Callable[[str], int] | None = None) -> KnowledgeContext:
+                  count_tokens: Callable[[str], int] | None = None,
+                  embedder: Embedder | None = None) -> KnowledgeContext:
     """The best passages for ``question`` from ``collections`` whose prompt block fits ``token_budget`` tokens:
-    taken in rank order, a passage that doesn't fit is passed over for a shorter one further down."""
+    taken in rank order, a passage that doesn't fit is passed over for a shorter one further down. Hybrid ranking
+    when ``embedder`` is given and the collections have its vectors."""
     count = count_tokens or approx_tokens
-    ranked = store.search(collections, question, limit=CANDIDATES) if collections and token_budget > 0 else []
+    if not collections or token_budget <= 0:
+        return KnowledgeContext((), 0, "bm25", "tokenizer" if count_tokens else "approximate")
+    found = search_ranked(store, collections, question, limit=CANDIDATES, embedder=embedder)
+    ranked = found.passages
     chosen: list[Passage] = []
     used = count(HEADER) if ranked else 0
     for passage in ranked:
@@ -71,4 +81,5 @@ def knowledge_for(store: KnowledgeStore, collections: list[str], question: str, 
     while chosen and total > token_budget:  # the per-passage costs were an estimate: the whole block decides
         chosen.pop()
         total = count(block(tuple(chosen))) if chosen else 0
-    return KnowledgeContext(tuple(chosen), total, "bm25", "tokenizer" if count_tokens else "approximate")
+    return KnowledgeContext(tuple(chosen), total, found.ranking, "tokenizer" if count_tokens else "approximate",
+                            found.embedder, found.note)

@@ -6,7 +6,8 @@ and its size and mtime are written in one transaction, so a sync killed mid-file
 before, and the next sync reads it again (nothing is indexed twice).
 
 Passages are an FTS5 external-content table over ``passages`` (``porter unicode61``: "boiling" finds "boil"),
-kept in step by triggers, ranked by bm25().
+kept in step by triggers, ranked by bm25(). With an embedding model, ``vectors`` holds each passage's
+(``hybrid.py`` fuses both rankings).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from app.core.settings import paths
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: vectors, meta (an index of version 1 gains both when opened)
 FILE_NAME = "knowledge.sqlite3"
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS collections (name TEXT PRIMARY KEY, folders TEXT NOT NULL, synced_at REAL)",
@@ -35,6 +36,13 @@ SCHEMA = (
     "INSERT INTO passage_search (rowid, text) VALUES (new.id, new.text); END",
     "CREATE TRIGGER IF NOT EXISTS passage_search_delete AFTER DELETE ON passages BEGIN "
     "INSERT INTO passage_search (passage_search, rowid, text) VALUES ('delete', old.id, old.text); END",
+    # One vector per passage and embedding model (embedder.Embedder.model_id): float32, unit length. A passage's
+    # vectors go with it (its file's delete cascades to them).
+    "CREATE TABLE IF NOT EXISTS vectors (passage_id INTEGER NOT NULL REFERENCES passages(id) ON DELETE CASCADE, "
+    "model TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (passage_id, model)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS vectors_model ON vectors (model, passage_id)",
+    # The index's own choices, shared by the window and the terminal: "embedder" is "" (find one), "off" or a folder.
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 
 

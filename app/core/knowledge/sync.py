@@ -5,7 +5,9 @@ every file either indexed whole or not at all, and the next one reads only what 
 while it was read (its size or mtime differ before and after) is read once more, then left for the next sync with
 that reason. A file that fails is named with its reason; the rest go on. ``cancelled`` is checked between files,
 while a PDF's reader runs (it is ended at once) and every CANCEL_EVERY passages of a long file (whose transaction
-is then rolled back). Runs on any thread but the GUI's: it opens its own connection.
+is then rolled back). With an embedding model, the passages with no vector for it are then embedded in batches
+(vectors.embed_missing: cancellable and resumable the same way). Runs on any thread but the GUI's: it opens its
+own connection.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from app.core.knowledge.db import connect
+from app.core.knowledge.embedder import Embedder
 from app.core.knowledge.passages import approx_tokens, pieces
 from app.core.knowledge.reader import Document, ReadCancelled, Unreadable, read_document
 from app.core.knowledge.store import SkippedFile, check_name
+from app.core.knowledge.vectors import Embedded, embed_missing
 from app.core.knowledge.walk import Found, walk
 
 CANCEL_EVERY = 256
@@ -35,6 +40,9 @@ class SyncProgress:
     files_total: int
     current: str
     passages_added: int
+    phase: Literal["reading", "embedding"] = "reading"
+    embedded: int = 0  # while embedding: passages embedded so far, of to_embed
+    to_embed: int = 0
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class SyncResult:
     skipped: tuple[SkippedFile, ...]
     failed: tuple[SkippedFile, ...]
     cancelled: bool = False
+    embedded: Embedded | None = None  # None: no embedding model (or the sync stopped before it)
 
 
 class _Stop(Exception):
@@ -52,11 +61,22 @@ class _Stop(Exception):
 
 
 def sync_collection(store_path: Path, name: str, *, on_progress: Callable[[SyncProgress], None] | None = None,
-                    cancelled: Callable[[], bool] = lambda: False) -> SyncResult:
-    """Index what changed in collection ``name`` of the index at ``store_path``; KeyError if there is no such."""
+                    cancelled: Callable[[], bool] = lambda: False, embedder: Embedder | None = None) -> SyncResult:
+    """Index what changed in collection ``name`` of the index at ``store_path``, then embed what has no vector
+    for ``embedder``'s model; KeyError if there is no such collection."""
+    name, progress = check_name(name), on_progress or (lambda progress: None)
     db = connect(store_path)
     try:
-        return _Sync(db, check_name(name), on_progress or (lambda progress: None), cancelled).run()
+        result = _Sync(db, name, progress, cancelled).run()
+        if result.cancelled or embedder is None:
+            return result
+        files = result.read + result.unchanged
+
+        def report(done: int, total: int) -> None:
+            progress(SyncProgress(files, files, "", 0, "embedding", done, total))
+
+        embedded = embed_missing(db, name, embedder, report, cancelled)
+        return replace(result, embedded=embedded, cancelled=embedded.cancelled)
     finally:
         db.close()
 

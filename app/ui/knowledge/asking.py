@@ -3,7 +3,8 @@ worker thread (the one runner) and put before the question within a token budget
 
 The budget reuses the attachments' arithmetic (``context_fit``): the conversation so far, the question with its
 files, and room for the reply are taken from the context first; the passages get what is left, up to
-MAX_KNOWLEDGE_TOKENS. What was put in ("6 passages, 1,840 tokens (BM25)") is kept with the turn and shown.
+MAX_KNOWLEDGE_TOKENS. What was put in ("6 passages, 1,840 tokens (BM25)", or "(hybrid: BM25 + all-MiniLM-L6-v2)"
+when the index's embedding model is found and has embedded them) is kept with the turn and shown.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from PySide6.QtCore import QObject
 from app.core.chat.chat_settings import effective
 from app.core.chat.conversation import Conversation, Source, TurnKnowledge
 from app.core.knowledge.context import KnowledgeContext, knowledge_for
+from app.core.knowledge.embedder import find_embedder
 from app.core.knowledge.store import KnowledgeStore
 from app.core.models.token_count import ContextFit, TokenCounter
 from app.core.settings.settings import Settings
@@ -68,10 +70,14 @@ def look_up_blocking(store_path: Path, collections: list[str], question: str, bu
         missing = f" ({', '.join(gone)}: no such collection now)" if gone else ""
         if not asked:
             return LookUp(None, f"Knowledge not used: no collection of this chat's exists now{missing}.")
-        found = turn_knowledge(knowledge_for(store, asked, question, token_budget=budget,
-                                             count_tokens=counter.count), budget)
+        choice = find_embedder(store.embedder_setting())  # the model loads here, on the worker, once a process
+        context = knowledge_for(store, asked, question, token_budget=budget, count_tokens=counter.count,
+                                embedder=choice.embedder)
+        found = turn_knowledge(context, budget)
     finally:
         store.close()
+    if problem := context.note or choice.problem:
+        missing += f" (ranked by BM25: {problem})"
     if found is None:
         return LookUp(None, f"No passage of {', '.join(asked)} matched this question; it went without.{missing}")
     return LookUp(found, f"Knowledge: {found.summary} of {budget:,} tokens left for them{missing}.")

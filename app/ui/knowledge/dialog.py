@@ -1,6 +1,7 @@
 """Knowledge…: the collections (folders of the user's own documents) with their files, passages, skipped files
 and last sync; New collection, Add folder, Sync (a progress bar and Cancel), Remove; the chosen collection's
-skipped files with the reason for each.
+skipped files with the reason for each; the ranking used (BM25, or hybrid with the embedding model found) and
+Embedding model… to choose one (ranking.RankingRow).
 
 A sync runs through the one runner (``run_blocking``), never on the GUI thread: the worker reports progress to
 ``SyncProgressRelay``, which emits at most every PROGRESS_MS (a Qt signal, queued to the GUI thread); the dialog
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QInputDialog,
+    QLabel,
     QListWidget,
     QMessageBox,
     QProgressBar,
@@ -30,11 +32,13 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.knowledge.db import KnowledgeUnavailable
+from app.core.knowledge.embedder import Embedder
 from app.core.knowledge.store import Collection, KnowledgeStore
 from app.core.knowledge.sync import SyncProgress, SyncResult, sync_collection
 from app.core.priority import lower_this_thread
 from app.ui.chat.plain_text import plain_label
 from app.ui.controllers.operations import Operation, run_blocking
+from app.ui.knowledge.ranking import RankingRow
 
 PROGRESS_MS = 100
 COLUMNS = ("Collection", "Folders", "Files", "Passages", "Skipped", "Last sync")
@@ -80,12 +84,27 @@ class SyncProgressRelay(QObject):
             self._cooldown.start()
 
 
-def _synced_in_background(store_path: Path, name: str, relay: SyncProgressRelay,
-                          cancel: threading.Event) -> SyncResult:
+def _synced_in_background(store_path: Path, name: str, relay: SyncProgressRelay, cancel: threading.Event,
+                          embedder: Embedder | None) -> SyncResult:
     """On the runner's worker thread, niced (and so the PDF readers it starts): on 2 cores the GUI thread gets the
-    CPU first, and with it the GIL sooner when the worker lets go of it."""
+    CPU first, and with it the GIL sooner when the worker lets go of it. The embedding model loads and runs here
+    too, after the text index."""
     lower_this_thread()
-    return sync_collection(store_path, name, on_progress=relay.report, cancelled=cancel.is_set)
+    return sync_collection(store_path, name, on_progress=relay.report, cancelled=cancel.is_set, embedder=embedder)
+
+
+def _show_progress(bar: QProgressBar, status: QLabel, progress: SyncProgress) -> None:
+    """The bar and the status line for a progress report: files read, then passages embedded."""
+    if progress.phase == "embedding":
+        maximum, value, shown = progress.to_embed, progress.embedded, "embedding %v/%m passages"
+        status.setText(f"Embedding {progress.to_embed:,} passages (hybrid ranking)…")
+    else:
+        maximum, value = progress.files_total, progress.files_done
+        shown = f"%v of %m files · {progress.passages_added:,} passages"
+        status.setText(f"Reading {progress.current}")
+    bar.setRange(0, max(1, maximum))
+    bar.setValue(value)
+    bar.setFormat(shown)
 
 
 def result_line(name: str, result: SyncResult) -> str:
@@ -93,7 +112,10 @@ def result_line(name: str, result: SyncResult) -> str:
              f"{len(result.skipped):,} skipped"]
     if result.failed:
         parts.append(f"{len(result.failed):,} failed ({result.failed[0].path.name}: {result.failed[0].reason})")
-    return f"{name} synced: {', '.join(parts)}."
+    if result.embedded is not None:
+        parts.append(f"{result.embedded.count:,} embedded")
+    problem = f" {result.embedded.problem}" if result.embedded is not None and result.embedded.problem else ""
+    return f"{name} synced: {', '.join(parts)}.{problem}"
 
 
 class KnowledgeDialog(QDialog):
@@ -127,6 +149,7 @@ class KnowledgeDialog(QDialog):
         self.status.setObjectName("KnowledgeStatus")
         self.skipped = QListWidget()
         self.skipped.setObjectName("SkippedFiles")
+        self.ranking = RankingRow(store_path)
         _lay_out(self)
         self.new_button.clicked.connect(lambda: self.new_collection())
         self.add_button.clicked.connect(lambda: self.add_folder())
@@ -258,12 +281,12 @@ class KnowledgeDialog(QDialog):
         if (name := name or self.chosen) is None or self.sync_operation is not None:
             return None
         cancel = self._cancel = threading.Event()
-        store_path, relay = self.store_path, self.relay
+        store_path, relay, embedder = self.store_path, self.relay, self.ranking.refresh().embedder
         self.progress.setRange(0, 0)  # busy until the first count arrives
         self.status.setText(f"Syncing {name}…")
         operation = self.sync_operation = run_blocking(
             f"Syncing the knowledge collection {name}",
-            lambda: _synced_in_background(store_path, name, relay, cancel), parent=self)
+            lambda: _synced_in_background(store_path, name, relay, cancel, embedder), parent=self)
         operation.success(lambda result: self._synced(name, result)).failure(lambda exc: self._failed(name, exc))
         self._enable()
         return operation
@@ -274,10 +297,9 @@ class KnowledgeDialog(QDialog):
             self.status.setText("Cancelling: the file being read is finished first…")
 
     def show_progress(self, progress: SyncProgress) -> None:
-        self.progress.setRange(0, max(1, progress.files_total))
-        self.progress.setValue(progress.files_done)
-        self.progress.setFormat(f"%v of %m files · {progress.passages_added:,} passages")
-        self.status.setText(f"Reading {progress.current}")
+        if self.sync_operation is None:  # the relay's latest, come after the end: the result line stays
+            return
+        _show_progress(self.progress, self.status, progress)
 
     def _synced(self, name: str, result: SyncResult) -> None:
         self.sync_operation = None
@@ -296,7 +318,6 @@ class KnowledgeDialog(QDialog):
         super().reject()
 
 
-
 def _lay_out(dialog: KnowledgeDialog) -> None:
     buttons = QHBoxLayout()
     for button in (dialog.new_button, dialog.add_button, dialog.sync_button, dialog.cancel_button,
@@ -308,5 +329,6 @@ def _lay_out(dialog: KnowledgeDialog) -> None:
     layout.addLayout(buttons)
     layout.addWidget(dialog.progress)
     layout.addWidget(dialog.status)
+    layout.addWidget(dialog.ranking)
     layout.addWidget(plain_label("Skipped files of the chosen collection, with the reason:"))
     layout.addWidget(dialog.skipped, 2)
