@@ -25,10 +25,10 @@ def small_limits(monkeypatch) -> None:
 
 def test_a_large_file_is_scanned_to_the_window_and_read_no_further(tmp_path: Path, small_limits) -> None:
     """Bugs caught: lines miscounted at a chunk's edge (the wrong lines marked); the whole file read; a line
-    past the scan limit read anyway, or failing without a reason."""
+    past the scan limit read anyway, or failing without a reason; a file cut short since said to be too long."""
     path = tmp_path / "big.log"
-    lines = [f"row {n:05d} of the log" for n in range(1, 6001)]  # 21 bytes a line, 126 KB
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lines = [f"row {n:05d} of the log" for n in range(1, 6001)]  # 21 bytes a line
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")  # 126 KB: past the index's and the scan's limits
     read = excerpt.read_excerpt(path, Source("notes", str(path), None, 1500, 1502, "\n".join(lines[1499:1502])))
     assert read.first_line == 1300 and read.marked == (200, 202), (read.first_line, read.marked)
     assert read.text.splitlines()[200] == "row 01500 of the log"
@@ -36,6 +36,9 @@ def test_a_large_file_is_scanned_to_the_window_and_read_no_further(tmp_path: Pat
     assert read.where.startswith("showing lines 1,300–")
     with pytest.raises(Unreadable, match="past the first"):
         excerpt.read_excerpt(path, Source("notes", str(path), None, 5000, 5000, lines[4999]))
+    path.write_text("\n".join(lines[:1000]) + "\n", encoding="utf-8")  # cut since: still past the index's limit
+    cut = excerpt.read_excerpt(path, Source("notes", str(path), None, 2600, 2600, "row 02600"))
+    assert cut.marked is None and cut.where == "the file has 1,000 lines now", cut
 
 
 def test_only_our_citations_are_cited_links(tmp_path: Path) -> None:

@@ -111,12 +111,13 @@ def _large(path: Path, source: Source, size: int) -> Excerpt:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise Unreadable("not a regular file now")
-        line, offset, read = 1, 0, 0
+        line, offset, read, ends_line = 1, 0, 0, False
         while line < top and read < MAX_SCAN_BYTES:
             chunk = os.pread(fd, CHUNK_BYTES, offset)
             if not chunk:
                 break
             read += len(chunk)
+            ends_line = chunk.endswith(b"\n")
             if line + chunk.count(b"\n") < top:
                 line += chunk.count(b"\n")
                 offset += len(chunk)
@@ -126,6 +127,8 @@ def _large(path: Path, source: Source, size: int) -> Excerpt:
                 at = chunk.index(b"\n", at) + 1
                 line += 1
             offset += at
+        if line < top and read < MAX_SCAN_BYTES:  # the file ended first: it was cut since it was indexed
+            return Excerpt("", top, None, f"the file has {line - ends_line:,} lines now", read)
         if line < top:
             raise Unreadable(f"line {start:,} is past the first {MAX_SCAN_BYTES >> 20} MiB of this "
                              f"{size / 2**20:,.0f} MiB file, which the viewer doesn't read")
