@@ -119,7 +119,8 @@ class MainWindow(QMainWindow):
         self.gauges = GaugeBar()
         self.status_bar = EngineStatusBar()
         # The chat's collections (chip), the look-up before a send, the sources under the answer, Knowledge…
-        self.knowledge = WindowKnowledge(self.session, self.controller, self.chat_view.answer_pane, self)
+        self.knowledge = WindowKnowledge(self.session, self.controller, (
+            self.chat_view.answer_pane.document, self.chat_view.transcript_document), self)
         _lay_out(self)
 
     # ---- state ---------------------------------------------------------------------------------

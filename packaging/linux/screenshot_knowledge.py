@@ -1,5 +1,5 @@
 """Take the README's knowledge screenshot: a chat asking over a collection of notes, the answer citing [1] and [2],
-the sources listed under it, and citation [1]'s viewer open.
+the sources listed under it, and citation [1]'s viewer open on the file, the passage highlighted.
 
 The notes are written to a temporary folder and indexed for real (Knowledge…, the one runner, SQLite FTS5); the
 passages the model reads are the real look-up's. The model is played by the scripted engine double (the embedded
@@ -68,8 +68,9 @@ def main(out: Path) -> int:
         first = next(i for i, link in enumerate(links) if link.href == f"{CITE_SCHEME}:1")
         window.chat_view.answer_pane.document.on_anchor(QUrl(f"{LINK_SCHEME}:{first}"))
         viewer = window.knowledge.sources.viewer
-        viewer.resize(560, 250)
-        viewer.move(window.geometry().right() - 600, window.geometry().top() + 330)
+        await until(lambda: viewer.settled)  # the file read (off the GUI thread) and scrolled to the passage
+        viewer.resize(600, 330)
+        viewer.move(window.geometry().right() - 640, window.geometry().top() + 300)
         await asyncio.sleep(0.5)
         app.processEvents()
         screen = QApplication.primaryScreen().grabWindow(0)  # the X server's pixels: the window and the viewer

@@ -88,7 +88,8 @@ def test_a_question_answered_from_one_file_reaches_the_model_with_it_and_its_cit
     source = turn.knowledge.sources[0]
     assert source.line_start <= 3 <= source.line_end, "the passage's lines don't hold the answer's line 3"
     assert str(target) in viewer.where.text() and source.place in viewer.where.text(), viewer.where.text()
-    assert GLYCEROL in viewer.text.toPlainText() and viewer.text.toPlainText() == source.text
+    qtbot.waitUntil(lambda: viewer.settled, timeout=10_000)
+    assert GLYCEROL in viewer.file_view.textCursor().selectedText() and viewer.passage.toPlainText() == source.text
     viewer.open_button.click()
     assert opened == [QUrl.fromLocalFile(str(target.resolve()))], opened
     viewer.close()

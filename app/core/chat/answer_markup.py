@@ -26,7 +26,8 @@ MATH_OPEN, MATH_CLOSE = "\ue000", "\ue001"  # private-use characters: no answer 
 LINK_SCHEME = "nalar-link"  # nalar-link:N, the Nth link of the document
 COPY_SCHEME = "nalar-copy"  # nalar-copy:N, the Nth code block's copy button
 MATH_SCHEME = "nalar-math"  # nalar-math:KEY, a formula's image resource (Formula.key)
-CITE_SCHEME = "nalar-cite"  # nalar-cite:N, the turn's Nth knowledge source (a Link's href, never written as one)
+CITE_SCHEME = "nalar-cite"  # nalar-cite:N, the shown turn's Nth knowledge source (a cited Link's href)
+SOURCE_SCHEME = "nalar-source"  # nalar-source:MESSAGE_ID/N, an earlier turn's Nth source (a cited Link's href)
 _CITATION = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")  # [1], [2, 3]
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})", re.MULTILINE)  # ^ at each line: match(text, i) starts mid-text
 _PLACEHOLDER = re.compile(f"{MATH_OPEN}(\\d+){MATH_CLOSE}")
@@ -48,6 +49,18 @@ class Formula:
 class Link:
     href: str  # where the model's link points
     text: str  # what the reader sees
+    cited: bool = False  # ours: a citation or a source of the turn (a model's link never is, whatever its href)
+
+
+def cited_source(href: str) -> tuple[int | None, int] | None:
+    """(the turn's message id, or None for the turn shown; the source's number) of a cited Link's href."""
+    scheme, _, rest = href.partition(":")
+    turn, _, number = rest.rpartition("/")
+    if scheme == CITE_SCHEME and not turn and number.isdigit():
+        return None, int(number)
+    if scheme == SOURCE_SCHEME and turn.isdigit() and number.isdigit():
+        return int(turn), int(number)
+    return None
 
 
 @dataclass
@@ -228,10 +241,13 @@ def _markdown() -> MarkdownIt:
             return escaped
         collected: Collected = env["collected"]
 
+        turn: int | None = env.get("turn")
+
         def cite(number: str) -> str:
             if not 1 <= int(number) <= sources:
                 return number
-            collected.links.append(Link(f"{CITE_SCHEME}:{int(number)}", f"[{int(number)}]"))
+            href = f"{CITE_SCHEME}:{int(number)}" if turn is None else f"{SOURCE_SCHEME}:{turn}/{int(number)}"
+            collected.links.append(Link(href, f"[{int(number)}]", cited=True))
             return f'<a href="{LINK_SCHEME}:{len(collected.links) - 1}">{number}</a>'
 
         return _CITATION.sub(lambda m: "[" + re.sub(r"\d+", lambda n: cite(n.group(0)), m.group(1)) + "]", escaped)
@@ -254,12 +270,14 @@ def _formula_html(match: re.Match[str], collected: Collected) -> str:
     return f'<img src="{MATH_SCHEME}:{formula.key}" title="{title}" style="vertical-align: middle">'
 
 
-def answer_html(text: str, collected: Collected, streaming: bool = False, citations: int = 0) -> str:
+def answer_html(text: str, collected: Collected, streaming: bool = False, citations: int = 0,
+                turn: int | None = None) -> str:
     """``text`` (Markdown with LaTeX) as HTML; what it numbers is appended to ``collected``. ``streaming``: the
     text may stop inside a formula, which then shows as its source. ``citations``: how many knowledge sources the
-    turn has; [n] for each becomes a link (a Link whose href is ``nalar-cite:n``)."""
+    turn has; [n] for each becomes a cited Link, whose href is ``nalar-cite:n``, or ``nalar-source:TURN/n`` for
+    the turn whose message id is ``turn`` (an earlier one in the thread)."""
     body, unfinished = cut_maths(text, collected, streaming)
-    rendered = _MARKDOWN.render(body, {"collected": collected, "citations": citations})
+    rendered = _MARKDOWN.render(body, {"collected": collected, "citations": citations, "turn": turn})
     rendered = re.sub(f"<p>{MATH_OPEN}(\\d+){MATH_CLOSE}</p>",
                       lambda m: f'<p align="center">{_formula_html(m, collected)}</p>', rendered)
     rendered = _PLACEHOLDER.sub(lambda m: _formula_html(m, collected), rendered)

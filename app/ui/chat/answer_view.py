@@ -12,6 +12,7 @@ text says another; any other scheme is refused with its address shown.
 from __future__ import annotations
 
 import atexit
+import html as html_module
 import logging
 import re
 from collections import OrderedDict
@@ -32,7 +33,6 @@ from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QFrame, QLabel, QMessageBox, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.chat.answer_markup import (
-    CITE_SCHEME,
     COPY_SCHEME,
     LINK_SCHEME,
     MATH_SCHEME,
@@ -167,7 +167,8 @@ class AnswerDocument:
         self.redraw = redraw
         self.collected = Collected()
         self.citations: Callable[[], int] = lambda: 0  # the turn's knowledge sources: [1] … [n] become links
-        self.cite: Callable[[int], object] | None = None  # opens source n (a citation's click)
+        # Opens a cited Link's source (its href: nalar-cite:N or nalar-source:MESSAGE_ID/N); None: nothing opened.
+        self.cite: Callable[[str], object] | None = None
         self._images: dict[str, QImage | None] = {}  # formula key → its image, or None: shown as source
         self._waiting: set[str] = set()
         view.setOpenLinks(False)
@@ -179,12 +180,15 @@ class AnswerDocument:
     def clear(self) -> None:
         self.collected = Collected()
 
-    def html(self, markdown: str, streaming: bool = False, collected: Collected | None = None) -> str:
+    def html(self, markdown: str, streaming: bool = False, collected: Collected | None = None,
+             sources: tuple[int | None, int] | None = None) -> str:
         """``markdown`` as HTML for this view; the images of its drawn formulas are added to the document.
-        What it numbers goes to ``collected`` (default: the document's own)."""
+        What it numbers goes to ``collected`` (default: the document's own). ``sources``: an earlier turn's
+        (message id, source count), whose [n] link to its own sources; else the shown turn's (``citations``)."""
         collected = self.collected if collected is None else collected
         first = len(collected.formulas)
-        rendered = answer_html(markdown, collected, streaming, self.citations())
+        turn, citations = sources if sources is not None else (None, self.citations())
+        rendered = answer_html(markdown, collected, streaming, citations, turn)
         document = self.view.document()
         for formula in collected.formulas[first:]:
             key = formula.key
@@ -221,6 +225,12 @@ class AnswerDocument:
             cursor.setBlockFormat(centred)
         cursor.insertHtml(html)
 
+    def source_link(self, href: str, text: str) -> str:
+        """Our own link to a source (``href`` a cited one), ``text`` escaped; it opens through ``cite``."""
+        self.collected.links.append(Link(href, text, cited=True))
+        return (f'<a href="{LINK_SCHEME}:{len(self.collected.links) - 1}" style="text-decoration: none">'
+                f'{html_module.escape(text, quote=False)}</a>')
+
     def on_anchor(self, url: QUrl) -> None:
         scheme, number = url.scheme(), url.path()
         if scheme == COPY_SCHEME and number.isdigit() and int(number) < len(self.collected.code_blocks):
@@ -230,10 +240,10 @@ class AnswerDocument:
 
     def open_link(self, link: Link) -> bool:
         """Opens ``link`` in the desktop's browser if it is safe and the reader agrees; whether it opened. A
-        citation opens its source through ``cite`` (which shows only the turn's own sources)."""
-        scheme, _, number = link.href.partition(":")
-        if scheme == CITE_SCHEME and number.isdigit() and self.cite is not None:
-            return self.cite(int(number)) is not None
+        citation (a cited Link: ours, never the model's, whatever its href) opens its turn's source through
+        ``cite``."""
+        if link.cited:
+            return self.cite is not None and self.cite(link.href) is not None
         if (refusal := link_refusal(link)) is not None:
             _message(self.view, QMessageBox.Icon.Warning, "Link not opened", refusal)
             return False

@@ -1,12 +1,10 @@
-"""The sources of the answer shown: the passages its question was asked with, listed under the answer, and a
-citation's viewer.
+"""The sources of the answer shown: the passages its question was asked with, listed under the answer, and the
+one viewer of a citation's source at a time.
 
-A citation ([n] in the answer, or a source in the list) opens a small viewer with the passage as the model read
-it (plain text, never markup), its file's path and its page or lines, and "Open file". Most desktop viewers can't
-be told a line, and a PDF viewer a page only in its own way, so the viewer shows the place and the passage, and
-"Open file" hands the file itself (a file:// URL, no fragment) to the desktop. It opens only a regular file inside
-one of the collection's folders as they are now: a source from an imported or damaged history that names another
-path is shown but never opened.
+A citation ([n] in the answer, or a source in the list; in the thread, an earlier answer's [n] and its sources,
+through ``WindowKnowledge.cite``) opens ``SourceViewer`` (viewer.py): the file itself, read-only and plain, at the
+passage's lines or page with them highlighted, or the passage as the model read it with the reason the file isn't
+shown (outside the collection's folders, gone, changed since it was indexed).
 """
 
 from __future__ import annotations
@@ -14,77 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import (
-    QDialog,
-    QDialogButtonBox,
-    QLabel,
-    QMessageBox,
-    QPlainTextEdit,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from app.core.chat.answer_markup import CITE_SCHEME
 from app.core.chat.conversation import Source, TurnKnowledge
-from app.ui.chat.plain_text import escaped, plain_label
+from app.ui.chat.plain_text import escaped
+from app.ui.knowledge.viewer import SourceViewer
 
-SOURCE_SCHEME = "nalar-source"  # nalar-source:N, the shown turn's Nth source (our own link, never model text)
 SNIPPET_CHARS = 90
-
-
-def file_refusal(source: Source, folders: tuple[Path, ...]) -> str | None:
-    """Why the source's file must not be opened, or None: only a regular file inside one of the collection's
-    folders (both resolved, so a symlink out of them or a ``..`` is refused)."""
-    if not folders:
-        return f"The collection {source.collection!r} is gone (removed in Knowledge…), so its files aren't opened."
-    try:
-        path = Path(source.path).resolve(strict=True)
-    except (OSError, RuntimeError) as exc:  # gone, unreadable, or a symlink loop
-        return f"The file can't be found now ({type(exc).__name__}): {source.path}"
-    if not any(path.is_relative_to(folder.resolve()) for folder in folders):
-        return f"This file is outside the folders of {source.collection!r}, so it is not opened: {path}"
-    if not path.is_file():
-        return f"This is not a regular file, so it is not opened: {path}"
-    return None
-
-
-class PassageDialog(QDialog):
-    """One source: where it is (path, page or lines), the passage as the model read it, and Open file."""
-
-    def __init__(self, number: int, source: Source, folders: Callable[[str], tuple[Path, ...]],
-                 parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.source, self._folders = source, folders
-        self.setObjectName("PassageDialog")
-        self.setWindowTitle(f"[{number}] {Path(source.path).name}")
-        self.resize(640, 420)
-        self.where = plain_label(f"[{number}] {source.path}" + (f" · {source.place}" if source.place else "")
-                                 + f" · collection {source.collection}", word_wrap=True)
-        self.where.setObjectName("PassageWhere")
-        self.where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.text = QPlainTextEdit(source.text)  # the file's words: plain text, whatever they hold
-        self.text.setObjectName("PassageText")
-        self.text.setReadOnly(True)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
-        self.open_button = buttons.addButton("Open file", QDialogButtonBox.ButtonRole.ActionRole)
-        self.open_button.setObjectName("OpenSourceFile")
-        self.open_button.setToolTip("Open the file in the desktop's viewer for it (go to the page or lines above)")
-        self.open_button.clicked.connect(self.open_file)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.where)
-        layout.addWidget(self.text, 1)
-        layout.addWidget(buttons)
-
-    def open_file(self) -> bool:
-        """The file in the desktop's viewer, if it is one the collection may open; else why not, as plain text."""
-        if (refusal := file_refusal(self.source, self._folders(self.source.collection))) is not None:
-            box = QMessageBox(QMessageBox.Icon.Warning, "File not opened", refusal, parent=self)
-            box.setTextFormat(Qt.TextFormat.PlainText)
-            box.open()
-            return False
-        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(self.source.path).resolve())))
 
 
 def source_line(number: int, source: Source) -> str:
@@ -104,7 +40,7 @@ class SourcesPanel(QWidget):
         self.setObjectName("SourcesPanel")
         self.folders = folders
         self.knowledge: TurnKnowledge | None = None
-        self.viewer: PassageDialog | None = None
+        self.viewer: SourceViewer | None = None
         self.label = QLabel()
         self.label.setObjectName("SourcesList")
         self.label.setTextFormat(Qt.TextFormat.RichText)  # our markup; every file's word in it is escaped
@@ -122,7 +58,7 @@ class SourcesPanel(QWidget):
             self.label.setText(f"<small>{escaped(note)}</small>" if note else "")
             self.setVisible(bool(note))
             return
-        lines = [f'<a href="{SOURCE_SCHEME}:{n}" style="text-decoration: none">{escaped(source_line(n, source))}</a>'
+        lines = [f'<a href="{CITE_SCHEME}:{n}" style="text-decoration: none">{escaped(source_line(n, source))}</a>'
                  for n, source in enumerate(knowledge.sources, 1)]
         budget = f" of {knowledge.budget:,} left for them in the context" if knowledge.budget else ""
         self.label.setText(f"<small><b>Sources</b> · {escaped(knowledge.summary)}{budget}<br>"
@@ -133,14 +69,17 @@ class SourcesPanel(QWidget):
         """How many sources the shown answer may cite ([1] … [n] become links)."""
         return len(self.knowledge.sources) if self.knowledge is not None else 0
 
-    def open_source(self, number: int) -> PassageDialog | None:
-        """Source ``number`` (from 1) in the viewer; None when the shown answer has no such source."""
+    def open_source(self, number: int) -> SourceViewer | None:
+        """Source ``number`` (from 1) of the shown answer in the viewer; None when it has no such source."""
         if self.knowledge is None or not 1 <= number <= len(self.knowledge.sources):
             return None
+        return self.show_source(number, self.knowledge.sources[number - 1])
+
+    def show_source(self, number: int, source: Source) -> SourceViewer:
+        """``source`` (cited as [number]) in the viewer, in place of the one open."""
         if self.viewer is not None:
             self.viewer.close()
-        viewer = self.viewer = PassageDialog(number, self.knowledge.sources[number - 1], self.folders,
-                                             parent=self.window())
+        viewer = self.viewer = SourceViewer(number, source, self.folders, parent=self.window())
         viewer.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         viewer.finished.connect(lambda _result: setattr(self, "viewer", None) if self.viewer is viewer else None)
         viewer.open()
@@ -148,5 +87,5 @@ class SourcesPanel(QWidget):
 
     def _on_link(self, href: str) -> None:
         scheme, _, number = href.partition(":")
-        if scheme == SOURCE_SCHEME and number.isdigit():
+        if scheme == CITE_SCHEME and number.isdigit():
             self.open_source(int(number))

@@ -1,7 +1,8 @@
 """The window's knowledge parts in one object: the chip above the prompt, the look-up before a send
 (``asking``), the sources under the answer and the citations in it, and Knowledge… (the dialog).
 
-The window builds it and hands it the session, the controller and the answer pane; nothing here holds the window.
+The window builds it and hands it the session, the controller and the documents whose citations open sources (the
+answer pane's, then the thread's); nothing here holds the window.
 """
 
 from __future__ import annotations
@@ -11,25 +12,27 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QWidget
 
+from app.core.chat.answer_markup import cited_source
 from app.core.chat.chat_settings import ChatSettings, effective
 from app.core.chat.conversation import Conversation, Turn
 from app.core.knowledge.db import KnowledgeUnavailable, knowledge_path
 from app.core.knowledge.store import KnowledgeStore
 from app.core.settings.settings import changed
-from app.ui.chat.answer_view import AnswerPane
+from app.ui.chat.answer_view import AnswerDocument
 from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
 from app.ui.knowledge.asking import MAX_KNOWLEDGE_TOKENS, KnowledgeAsking, chat_collections
 from app.ui.knowledge.chip import KnowledgeChip
 from app.ui.knowledge.dialog import KnowledgeDialog
 from app.ui.knowledge.sources import SourcesPanel
+from app.ui.knowledge.viewer import SourceViewer
 
 
 class WindowKnowledge(QObject):
     """``chip``, ``sources`` (widgets the window lays out), ``asking`` (the send's look-up) and ``dialog`` (the
     open Knowledge… dialog, if any), over the index at ``store_path``."""
 
-    def __init__(self, session: ChatSession, controller: EngineController, answer_pane: AnswerPane,
+    def __init__(self, session: ChatSession, controller: EngineController, documents: tuple[AnswerDocument, ...],
                  parent: QWidget, store_path: Path | None = None) -> None:
         super().__init__(parent)
         self.session, self.controller, self.window = session, controller, parent
@@ -39,9 +42,9 @@ class WindowKnowledge(QObject):
         self.chip = KnowledgeChip(self.names)
         self.dialog: KnowledgeDialog | None = None
         self._noted: tuple[Turn, str] | None = None  # the reply just started, and what its look-up said
-        document = answer_pane.document
-        document.citations = self.citations  # read at each render: the turn shown or streaming now
-        document.cite = self.sources.open_source
+        documents[0].citations = self.citations  # the answer pane's, read at each render: the turn shown now
+        for document in documents:  # the answer pane's [n], and the thread's earlier answers' [n] and sources
+            document.cite = self.cite
         self.chip.chosen.connect(self.choose)
         self.chip.manage.connect(self.open_dialog)
         session.reply_started.connect(self._note)
@@ -59,6 +62,19 @@ class WindowKnowledge(QObject):
     def citations(self) -> int:
         turn = self.session.store.last_turn
         return len(turn.knowledge.sources) if turn is not None and turn.knowledge is not None else 0
+
+    def cite(self, href: str) -> SourceViewer | None:
+        """A cited link's source in the viewer: ``nalar-cite:N`` the shown turn's, ``nalar-source:ID/N`` the
+        shown branch's turn with that message id (an earlier answer's, saved with it); None where there is none."""
+        if (cited := cited_source(href)) is None:
+            return None
+        message_id, number = cited
+        if message_id is None:
+            return self.sources.open_source(number)
+        turn = next((t for t in self.session.conversation.turns if t.message_id == message_id), None)
+        if turn is None or turn.knowledge is None or not 1 <= number <= len(turn.knowledge.sources):
+            return None
+        return self.sources.show_source(number, turn.knowledge.sources[number - 1])
 
     def _note(self, conversation: Conversation) -> None:
         """A reply starts (before its panes are drawn): what its question's look-up said goes with it."""

@@ -1,12 +1,14 @@
 """The thread's turns as Qt's HTML: a question with its links (its tries' navigator, Edit, New chat from here,
-Delete branch), a reply with its notes, its tool calls and its answer's Markdown. Model and user text is escaped;
-links are ours (``nalar-turn:INDEX/ACTION``)."""
+Delete branch), a reply with its notes, its tool calls, its answer's Markdown and its sources. Model and user text is
+escaped; links are ours (``nalar-turn:INDEX/ACTION``, and an answer's [n] and sources, which open that turn's own
+source)."""
 
 from __future__ import annotations
 
 import html
 from pathlib import Path
 
+from app.core.chat.answer_markup import SOURCE_SCHEME
 from app.core.chat.conversation import Turn
 from app.core.steering.kept_thinking import KeepSwitch
 from app.ui.chat.answer_view import AnswerDocument
@@ -64,13 +66,19 @@ def reply_html(turn: Turn, document: AnswerDocument, switch: KeepSwitch | None =
         note += f' <small style="color: #1f5f99">✎ thinking edited by you ({len(turn.thinking_edits)}×)</small>'
     if switch is not None:  # our own words and figures, not model text
         note += f"&nbsp;&nbsp;&nbsp;<small>{turn_link(switch.index, 'keep', html.escape(switch.label))}</small>"
-    return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}</p>{document.html(turn.answer)}{_sources(turn)}"
+    count = len(turn.knowledge.sources) if turn.knowledge is not None and turn.message_id is not None else 0
+    answer = document.html(turn.answer, sources=(turn.message_id, count) if count else (None, 0))
+    return f"{_tool_calls(turn)}<p><b>Nalar</b>{note}</p>{answer}{_sources(turn, document)}"
 
 
-def _sources(turn: Turn) -> str:
-    """An earlier answer's sources, one escaped line each (the one shown last lists them, as links, under it)."""
+def _sources(turn: Turn, document: AnswerDocument) -> str:
+    """An earlier answer's sources, one line each; like its [n], each opens that turn's own source
+    (``nalar-source:MESSAGE_ID/N``, a link of ours made from escaped text). A turn not saved has no id: text."""
     if turn.knowledge is None or not turn.knowledge.sources:
         return ""
-    lines = [f"[{n}] {html.escape(Path(s.path).name)}" + (f" · {html.escape(s.place)}" if s.place else "")
-             for n, s in enumerate(turn.knowledge.sources, 1)]
+    lines = []
+    for n, source in enumerate(turn.knowledge.sources, 1):
+        line = f"[{n}] {Path(source.path).name}" + (f" · {source.place}" if source.place else "")
+        lines.append(html.escape(line) if turn.message_id is None
+                     else document.source_link(f"{SOURCE_SCHEME}:{turn.message_id}/{n}", line))
     return f'<p style="color: #57606a"><small>Sources: {" · ".join(lines)}</small></p>'
