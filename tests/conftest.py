@@ -382,6 +382,7 @@ def engine_group(nodeid: str) -> str:
     return next((engine for engine, files in SHARED_ENGINE_FILES.items() if name in files), path)
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest -p no:xdist must still load this file
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     if config.getvalue("dist") != "loadgroup":
         return None
