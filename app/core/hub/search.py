@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.core.models.hub_download import hub_endpoint
+from app.core.models.hub_problems import first_line, hub_problem
 from app.core.models.model_families import model_family
 
 if TYPE_CHECKING:  # huggingface_hub is imported when a search starts, not with the window
@@ -108,23 +109,20 @@ def offline_message(endpoint: str, exc: BaseException) -> str:
 
 
 def hub_error(exc: BaseException, endpoint: str, what: str) -> RuntimeError:
-    """The typed error for a failure of huggingface_hub: HubGated for 401/403 and gated repos, HubOffline for
-    connection failures, else a RuntimeError with the hub's first line."""
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
-
+    """The typed error for a failure of huggingface_hub: HubGated for a login or licence the hub wants and for a
+    repo it doesn't know, HubOffline for connection failures, else a RuntimeError with the hub's first line."""
     if isinstance(exc, (HubOffline, HubGated)):
         return exc
-    if isinstance(exc, GatedRepoError) or (isinstance(exc, HfHubHTTPError) and not isinstance(
-            exc, RepositoryNotFoundError) and getattr(exc.response, "status_code", 0) in (401, 403)):
+    problem = hub_problem(exc)
+    if problem == "gated":
         return HubGated(f"{what} is gated or private on {endpoint}: accept its licence on the model's hub page, "
                         "then log in with `hf auth login` and retry.")
-    if isinstance(exc, RepositoryNotFoundError):
+    if problem == "not_found":
         return HubGated(f"{what} was not found on {endpoint}, or it is private. Fix: check the id, or log in "
                         "with `hf auth login` if it is yours.")
-    if isinstance(exc, HfHubHTTPError):
-        return RuntimeError(f"{endpoint} answered with an error for {what}: {str(exc).splitlines()[0]}. "
-                            "Fix: retry later.")
-    return HubOffline(offline_message(endpoint, exc))
+    if problem == "unreachable":
+        return HubOffline(offline_message(endpoint, exc))
+    return RuntimeError(f"{endpoint} answered with an error for {what}: {first_line(exc)}. Fix: retry later.")
 
 
 def hub_model(info: Any) -> HubModel:

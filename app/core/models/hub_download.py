@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.models.hub_problems import first_line, hub_problem
 from app.core.safe_files import UnsafeName, safe_child
 from app.core.settings import paths
 
@@ -363,32 +364,29 @@ def _unreachable(endpoint: str, exc: BaseException) -> str:
 
 
 def _listing_error(exc: BaseException, endpoint: str, repo_id: str, revision: str) -> DownloadError:
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
-
-    if isinstance(exc, GatedRepoError):
-        return DownloadError(f"{repo_id} is gated: accept its licence on the model's hub page, then log in "
-                             "with `hf auth login` and retry.")
-    if isinstance(exc, RepositoryNotFoundError):
+    problem = hub_problem(exc)
+    if problem == "gated":
+        return DownloadError(f"{repo_id} is gated or private on {endpoint}: accept its licence on the model's hub "
+                             "page, then log in with `hf auth login` and retry.")
+    if problem == "not_found":
         return DownloadError(f"{repo_id} was not found on {endpoint} (or it is private). "
                              "Fix: check the model id, or log in with `hf auth login`.")
-    if isinstance(exc, RevisionNotFoundError):
+    if problem == "no_revision":
         return DownloadError(f"{repo_id} has no revision {revision!r}.")
-    if isinstance(exc, HfHubHTTPError):
-        return DownloadError(f"{endpoint} answered with an error for {repo_id}: {str(exc).splitlines()[0]}. "
+    if problem == "http":
+        return DownloadError(f"{endpoint} answered with an error for {repo_id}: {first_line(exc)}. "
                              "Fix: retry later.")
-    return DownloadError(_unreachable(endpoint, exc))  # httpx's connection and timeout errors, and DNS failures
+    return DownloadError(_unreachable(endpoint, exc))
 
 
 def _file_error(exc: BaseException, endpoint: str, repo_id: str, name: str) -> DownloadError:
-    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError
-
-    if isinstance(exc, GatedRepoError) or (isinstance(exc, HfHubHTTPError)
-                                           and getattr(exc.response, "status_code", 0) in (401, 403)):
+    problem = hub_problem(exc)
+    if problem == "gated":
         return DownloadError(f"{repo_id} is gated or private: {endpoint} refused {name} without a login. Fix: "
                              "accept its licence on the model's hub page, log in with `hf auth login` and retry.")
-    if isinstance(exc, HfHubHTTPError):
-        return DownloadError(f"{endpoint} refused {name}: {str(exc).splitlines()[0]}.")
-    return DownloadError(_unreachable(endpoint, exc))
+    if problem == "unreachable":
+        return DownloadError(_unreachable(endpoint, exc))
+    return DownloadError(f"{endpoint} refused {name}: {first_line(exc)}.")
 
 
 def format_bytes(count: float) -> str:
