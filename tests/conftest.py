@@ -20,6 +20,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # Every test gets fresh XDG dirs, so pin the (large, shared) embedded model before they move.
 EMBEDDED_MODEL = embedded_model_dir()
 WHEEL_DIR = wheel_cache_dir()
+# mypy's cache, in the user's cache dir beside the model: its entries are checked against each file's hash, so a
+# fresh clone of the same sources reuses them (a cold `mypy app` took 25 s of the fast part, a warm one 1 s).
+MYPY_CACHE = WHEEL_DIR.parent / "mypy"
 os.environ["NALAR_EMBEDDED_MODEL_DIR"] = str(EMBEDDED_MODEL)
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import MYPY_CACHE
+
 APP = Path(__file__).resolve().parents[1] / "app"
 QT_MODULES = ("PySide6", "shiboken6", "qasync")
 
@@ -70,8 +72,8 @@ def test_ruff_and_mypy_pass_on_the_package() -> None:
     lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "F,E,W,I", "app", "tests"], cwd=root,
                           capture_output=True, text=True, timeout=300)
     assert lint.returncode == 0, lint.stdout[-3000:]
-    types = subprocess.run([sys.executable, "-m", "mypy", "app"], cwd=root, capture_output=True, text=True,
-                           timeout=600)
+    types = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(MYPY_CACHE), "app"], cwd=root,
+                           capture_output=True, text=True, timeout=600)
     assert types.returncode == 0, types.stdout[-3000:]
 
 
