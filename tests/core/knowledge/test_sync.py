@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 from contextlib import closing
 from pathlib import Path
@@ -20,7 +17,7 @@ from app.core.knowledge.passages import pieces
 from app.core.knowledge.reader import Document
 from app.core.knowledge.store import KnowledgeStore
 from app.core.knowledge.sync import SyncProgress, sync_collection
-from tests.core.knowledge.corpus import write_corpus
+from tests.core.knowledge.corpus import sync_killed_at, write_corpus
 from tests.support.pdfs import shared_stream_pdf
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -155,15 +152,7 @@ def test_a_sync_killed_mid_index_is_finished_by_the_next_and_nothing_is_indexed_
         (docs / f"note{n:04}.md").write_text(f"Note {n}.\n\n" + f"Topic {n} words and more words.\n" * 60)
     expected = files * len(pieces((docs / "note0000.md").read_text()))
     store.add("notes", [docs])
-    child = subprocess.Popen([sys.executable, "-m", "app", "knowledge", "sync", "notes"], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert child.stderr is not None
-    for line in child.stderr:
-        if line.startswith("[50/"):
-            child.send_signal(signal.SIGKILL)
-            break
-    child.stderr.close()
-    assert child.wait(timeout=60) == -signal.SIGKILL, "the child ended before it could be killed mid-index"
+    sync_killed_at("notes", "[50/", timeout=60)  # mid-index
     with closing(sqlite3.connect(knowledge_path())) as db:
         done = db.execute("SELECT count(*) FROM files").fetchone()[0]
         orphans = db.execute("SELECT count(*) FROM passages WHERE file_id NOT IN (SELECT id FROM files)").fetchone()
