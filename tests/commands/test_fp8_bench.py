@@ -198,11 +198,18 @@ def test_tokens_that_arrive_together_give_a_decode_time_not_a_division_by_zero()
     from types import SimpleNamespace
 
     from app.commands.fp8_bench import timed_generation
+    from app.core.loop_thread import LoopThread
 
     class OneOutputHost:
         async def raw_generate(self, prompt_ids: list[int], params: object, request_id: str):  # type: ignore[no-untyped-def]
             await asyncio.sleep(0.01)  # ok-sleep: the prefill the measurement must see, in a scripted host
             yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(range(8)))])
 
-    ttft, ms = asyncio.run(timed_generation(OneOutputHost(), [1, 2, 3], 8, "together"))
+    # On a loop thread of its own, as the bench runs it: a Qt test earlier on this worker leaves qasync's loop
+    # marked running on the main thread, where asyncio.run refuses to start.
+    loop_thread = LoopThread("fp8-bench-test")
+    try:
+        ttft, ms = loop_thread.submit(timed_generation(OneOutputHost(), [1, 2, 3], 8, "together")).result(30)
+    finally:
+        loop_thread.stop()
     assert ttft > 0 and ms > 0 and ms == pytest.approx(ttft * 1000 / 8, rel=0.5)

@@ -263,8 +263,12 @@ def test_the_library_shows_a_user_folders_verdict_with_the_hub_offline(qtbot, ma
     browser.tabs.setCurrentWidget(browser.library)
     browser.library.add_folder(folder)
     qtbot.waitUntil(lambda: browser.library.verdicts.get(str(folder)) is not None, timeout=20_000)
-    text = next(row.text for row in browser.library.list.rows.rows if row.key == str(folder))
-    assert "last used never · fits" in text, text
+
+    def shown() -> str:  # the row is drawn again after the verdict arrives, on the next refresh
+        return next((row.text for row in browser.library.list.rows.rows if row.key == str(folder)), "")
+
+    qtbot.waitUntil(lambda: "· fits" in shown(), timeout=20_000)
+    assert "last used never · fits" in shown(), shown()
 
 
 def test_the_welcome_dialog_hands_over_to_the_browser(qtbot, make_window) -> None:
