@@ -24,17 +24,26 @@ PRICES = "$5 " * 40_000  # 120,000 characters: about a second of encoding on the
 
 
 class Watched:
-    """The tokenizer, recording on which thread it is read and how many characters each call encodes there."""
+    """The tokenizer, recording on which thread it is read and how many characters each call encodes there.
+    With ``gate`` set, a worker's encode waits for it (a test's asks then can't race a count that ends first)."""
+
+    gate: threading.Event | None = None
 
     def __init__(self, tokenizer: Any, calls: list[tuple[str, int]]) -> None:
         self.tokenizer, self.calls = tokenizer, calls
 
+    def _held(self) -> None:
+        if self.gate is not None and threading.current_thread() is not threading.main_thread():
+            assert self.gate.wait(30), "the test never opened the gate"
+
     def encode(self, text: str, add_special_tokens: bool = False) -> Any:
         self.calls.append((threading.current_thread().name, len(text)))
+        self._held()
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> Any:
         self.calls.append((threading.current_thread().name, sum(map(len, texts))))
+        self._held()
         return self.tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens)
 
 
@@ -103,7 +112,8 @@ def test_a_long_file_is_attached_with_its_tokens_counted_off_the_gui_thread(qtbo
     assert on_gui_thread(tokenizer_calls) == [], "the GUI thread read the tokenizer or encoded the file"
 
 
-def test_a_newer_ask_drops_the_stale_count_and_the_same_ask_shares_one(qtbot, tokenizer_calls) -> None:
+def test_a_newer_ask_drops_the_stale_count_and_the_same_ask_shares_one(qtbot, tokenizer_calls,
+                                                                       monkeypatch) -> None:
     """Bugs it would catch: a stale count's ``then`` run after a newer one's (a chip or switch drawn with the older
     texts' state), or each redraw while a 120,000-character text is counted starting one more worker on it."""
     from PySide6.QtCore import QObject
@@ -114,9 +124,12 @@ def test_a_newer_ask_drops_the_stale_count_and_the_same_ask_shares_one(qtbot, to
     owner = QObject()
     counts, ran = TokenCounts(owner), []
     first, second = PRICES, PRICES + " and more"
+    gate = threading.Event()  # the counts wait until all three asks are in (a loaded machine let one finish first)
+    monkeypatch.setattr(Watched, "gate", gate)
     assert not counts.counted(counter, "chips", [first], lambda: ran.append("first"))
     assert not counts.counted(counter, "chips", [first], lambda: ran.append("first again"))
     assert not counts.counted(counter, "chips", [second], lambda: ran.append("second"))
+    gate.set()
     qtbot.waitUntil(lambda: not any(op.what.startswith("Counting tokens") for op in runner().live), timeout=30_000)
     assert ran == ["second"], "only the newest ask's then runs"
     encoded = [chars for _thread, chars in tokenizer_calls if chars >= len(PRICES)]
