@@ -125,7 +125,7 @@ def end_window(window: MainWindow) -> None:
     """``window`` closed as the user closes it, then what the app's exit ends with it: the formula drawer's child,
     which the process's windows share and which otherwise ends at exit. For a bench that opens many windows in one
     process and checks after each that nothing is left running; a later formula starts a new child."""
-    from app.ui.chat.answer_view import close_formula_drawer
+    from app.ui.chat.answer.formulas import close_formula_drawer
 
     window.close()
     close_formula_drawer()

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QMessageBox
 
 from app.core.chat.answer_markup import MATH_SCHEME, Formula
 from app.ui.chat import answer_view
+from app.ui.chat.answer import formulas
 from app.ui.chat.answer_view import AnswerPane
 
 ANSWER = (
@@ -184,7 +185,7 @@ def test_formulas_are_drawn_in_a_child_process_and_shown_on_the_gui_thread(qtbot
     stream(pane, f"A new one: $y = \\sqrt[3]{{z + {unseen()}}}$.")
     pane.finish()
     qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1 and "shown on" in threads, timeout=60_000)
-    worker = answer_view.formula_drawer().worker.pid
+    worker = formulas.formula_drawer().worker.pid
     assert worker is not None and worker != os.getpid() and Path(f"/proc/{worker}").exists()
     assert Path(f"/proc/{worker}/status").read_text().split("PPid:")[1].split()[0] == str(os.getpid())
     assert threads["shown on"] == threading.main_thread().name
@@ -199,14 +200,14 @@ def test_closing_the_drawer_ends_its_child_and_the_next_formula_starts_another(q
     stream(pane, f"First $a + {unseen()}$.")
     pane.finish()
     qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 1, timeout=60_000)
-    first = answer_view.formula_drawer().worker.pid
+    first = formulas.formula_drawer().worker.pid
     assert first is not None
-    answer_view.close_formula_drawer()
+    formulas.close_formula_drawer()
     qtbot.waitUntil(lambda: not Path(f"/proc/{first}").exists(), timeout=30_000)
     stream(pane, f" Then $b + {unseen()}$.")
     pane.finish()
     qtbot.waitUntil(lambda: len(images_in(pane.view.document())) == 2, timeout=60_000)
-    assert answer_view.formula_drawer().worker.pid not in (None, first)
+    assert formulas.formula_drawer().worker.pid not in (None, first)
 
 
 def unseen() -> int:
@@ -218,23 +219,23 @@ def unseen() -> int:
 def held_drawing(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """Drawn formulas reach the window only once the returned event is set: the test decides when an image
     arrives (held on the drawer's reader thread, in this process)."""
-    gate, real_answer = threading.Event(), answer_view.FormulaDrawer._on_answer
+    gate, real_answer = threading.Event(), formulas.FormulaDrawer._on_answer
 
     def on_answer(self, key: str, svg: bytes | None, reason: str) -> None:
         gate.wait(30)
         real_answer(self, key, svg, reason)
 
-    monkeypatch.setattr(answer_view.FormulaDrawer, "_on_answer", on_answer)
+    monkeypatch.setattr(formulas.FormulaDrawer, "_on_answer", on_answer)
     return gate
 
 
 def sent_to_the_drawer(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The sources the window asks the drawing process for, in order."""
     sent: list[str] = []
-    worker = answer_view.formula_drawer().worker
+    worker = formulas.formula_drawer().worker
     real_draw = worker.draw
 
-    def draw(key: str, source: str, display: bool, pixels: int = answer_view.MATH_PIXELS) -> None:
+    def draw(key: str, source: str, display: bool, pixels: int = formulas.MATH_PIXELS) -> None:
         sent.append(source)
         real_draw(key, source, display, pixels)
 

@@ -1,9 +1,8 @@
 """An answer shown in a QTextBrowser (AnswerPane, re-rendered at a bounded rate): formulas drawn as images, code
 copied per block, links opened only where that is safe.
 
-Formulas are drawn by ziamath (LaTeX → MathML → SVG in pure Python; docs/BENCHMARKS.md has its coverage on
-an outside corpus) on a worker thread, then by QtSvg into an image the document holds as a resource. A
-formula shows as its source until it is drawn, and stays so where ziamath can't draw it.
+Formulas are drawn by the process's one FormulaDrawer (app/ui/chat/answer/formulas.py) into images the document
+holds as resources. A formula shows as its source until it is drawn, and stays so where ziamath can't draw it.
 
 Links open only for http and https, and only after the window has shown the real address when the link's
 text says another; any other scheme is refused with its address shown.
@@ -11,25 +10,21 @@ text says another; any other scheme is refused with its address shown.
 
 from __future__ import annotations
 
-import atexit
 import html as html_module
 import logging
 import re
-from collections import OrderedDict
 from collections.abc import Callable
 
-from PySide6.QtCore import QByteArray, QObject, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import Qt, QTimer, QUrl
 from PySide6.QtGui import (
     QDesktopServices,
     QGuiApplication,
     QImage,
-    QPainter,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
 )
-from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import QFrame, QLabel, QMessageBox, QTextBrowser, QVBoxLayout, QWidget
 
 from app.core.chat.answer_markup import (
@@ -37,11 +32,10 @@ from app.core.chat.answer_markup import (
     LINK_SCHEME,
     MATH_SCHEME,
     Collected,
-    Formula,
     Link,
     answer_html,
 )
-from app.core.formula_worker import MATH_PIXELS, FormulaWorker
+from app.ui.chat.answer.formulas import formula_drawer
 from app.ui.chat.panes import text_source
 
 log = logging.getLogger(__name__)
@@ -49,9 +43,6 @@ MARKDOWN_REFRESH_MS = 100
 # Past this, the answer's streaming tail is committed at a line break so re-renders stay short.
 MAX_MARKDOWN_TAIL = 4000
 OPENABLE_SCHEMES = ("http", "https")
-# Formulas whose image the drawer keeps for every document: more than a formula-dense reply holds (the bench's
-# has ~2,500), so the thread shows a finished one without drawing any again.
-DRAWN_KEPT = 4096
 # Characters one refresh renders: the new text first, then the chunks whose formulas were drawn, while this
 # leaves room (at least one when nothing else renders); the rest wait for the next refresh.
 RENDER_BUDGET = 6000
@@ -62,81 +53,6 @@ RENDER_BUDGET = 6000
 COMMIT_BUDGET = 12_000
 BACKLOG_REFRESH_MS = 25  # text left by the budget is committed in the next refreshes, soon, the loop free between
 _IMAGE = re.compile(f'<img src="{MATH_SCHEME}:([0-9a-f]+)" title="([^"]*)"[^>]*>')
-
-
-def svg_image(svg: bytes) -> QImage | None:
-    renderer = QSvgRenderer(QByteArray(svg))
-    size = renderer.defaultSize()
-    if not renderer.isValid() or size.isEmpty():
-        return None
-    image = QImage(size, QImage.Format.Format_ARGB32_Premultiplied)
-    image.fill(0)
-    painter = QPainter(image)
-    renderer.render(painter)
-    painter.end()
-    return image
-
-
-class FormulaDrawer(QObject):
-    """Formulas drawn by ziamath in a child process (``FormulaWorker``: a slow one, seconds for a large matrix,
-    never stalls the window, nor does its pure-Python layout hold the window's GIL), then by QtSvg on the GUI
-    thread; ``drawn`` brings each image, or None (shown as its source)."""
-
-    drawn = Signal(str, object)  # formula key, its QImage or None
-    _arrived = Signal(str, object)  # from the worker's reader thread: formula key, SVG bytes or None
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.worker = FormulaWorker(self._on_answer)
-        atexit.register(self.worker.close)  # formulas not yet drawn are dropped with the window
-        # One drawing per formula for every document: the thread redrew each one the answer pane had just drawn.
-        self._drawn: OrderedDict[str, QImage | None] = OrderedDict()  # the newest DRAWN_KEPT results
-        self._pending: set[str] = set()
-        self._arrived.connect(self._on_arrived, Qt.ConnectionType.QueuedConnection)
-
-    def drawn_before(self, key: str) -> tuple[bool, QImage | None]:
-        """Whether ``key`` was drawn already, and its image (None: ziamath can't draw it)."""
-        return key in self._drawn, self._drawn.get(key)
-
-    def request(self, formula: Formula) -> None:
-        """``drawn`` follows for ``formula``: at once when it was drawn already, else once drawn."""
-        key = formula.key
-        if key in self._drawn:
-            self.drawn.emit(key, self._drawn.get(key))
-        elif key not in self._pending:
-            self._pending.add(key)
-            self.worker.draw(key, formula.source, formula.display, MATH_PIXELS)
-
-    def _on_answer(self, key: str, svg: bytes | None, reason: str) -> None:  # on the worker's reader thread
-        if svg is None:
-            log.info("formula shown as its source (%s): %s", reason, key)
-        try:
-            self._arrived.emit(key, svg)
-        except RuntimeError:  # the drawer was deleted with the application
-            log.debug("formula drawn after the window closed: dropped")
-
-    def _on_arrived(self, key: str, svg: bytes | None) -> None:
-        self._drawn[key] = image = svg_image(svg) if svg else None
-        self._pending.discard(key)
-        while len(self._drawn) > DRAWN_KEPT:
-            self._drawn.popitem(last=False)
-        self.drawn.emit(key, image)
-
-
-_DRAWER: FormulaDrawer | None = None
-
-
-def formula_drawer() -> FormulaDrawer:
-    global _DRAWER
-    if _DRAWER is None:
-        _DRAWER = FormulaDrawer()
-    return _DRAWER
-
-
-def close_formula_drawer() -> None:
-    """The drawer's child ended now, as at the app's exit; the next formula starts a new one."""
-    if _DRAWER is not None:
-        _DRAWER.worker.close()
 
 
 def link_refusal(link: Link) -> str | None:

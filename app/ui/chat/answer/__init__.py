@@ -1,0 +1,1 @@
+"""The answer document's parts that serve every document of the process."""
