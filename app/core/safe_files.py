@@ -11,10 +11,12 @@ Stdlib only: core/chat and core/models both use it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 MAX_PART_BYTES = 255  # one path component, in bytes (ext4, btrfs, NTFS in UTF-16 units)
@@ -119,14 +121,15 @@ def file_kind(mode: int) -> str:
     return "not a plain file"
 
 
-def read_regular(path: Path, limit: int, *, follow_symlinks: bool = True) -> bytes:
-    """The bytes of the regular file at ``path``, at most ``limit`` of them, else FileTooLarge.
+@contextlib.contextmanager
+def opened_regular(path: Path, *, follow_symlinks: bool = True) -> Iterator[tuple[int, os.stat_result]]:
+    """The open descriptor of the regular file at ``path``, and its fstat; closed after the block.
 
     Opened with O_NONBLOCK (opening a FIFO would otherwise wait for a writer for ever), then checked with fstat
     on what was opened, not on the name (a symlink to /dev/zero is a device there): anything but a regular file
-    is NotRegularFile. At most ``limit`` + 1 bytes are read, so a file that grows past its size is caught too.
-    OSError when it can't be opened or read. ``follow_symlinks=False`` refuses a symlink as the last part (ELOOP), for
-    a caller that walked a folder without following links: a file swapped for a link after the walk is not read.
+    is NotRegularFile. OSError when it can't be opened. ``follow_symlinks=False`` refuses a symlink as the last part
+    (ELOOP), for a caller that walked a folder without following links: a file swapped for a link after the walk is
+    not read.
     """
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
@@ -136,6 +139,16 @@ def read_regular(path: Path, limit: int, *, follow_symlinks: bool = True) -> byt
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotRegularFile(path.name, file_kind(info.st_mode))
+        yield fd, info
+    finally:
+        os.close(fd)
+
+
+def read_regular(path: Path, limit: int, *, follow_symlinks: bool = True) -> bytes:
+    """The bytes of the regular file at ``path`` (``opened_regular``), at most ``limit`` of them, else FileTooLarge.
+    At most ``limit`` + 1 bytes are read, so a file that grows past its size is caught too. OSError when it can't be
+    opened or read."""
+    with opened_regular(path, follow_symlinks=follow_symlinks) as (fd, info):
         if info.st_size > limit:
             raise FileTooLarge(path.name, info.st_size, limit)
         chunks: list[bytes] = []
@@ -147,5 +160,3 @@ def read_regular(path: Path, limit: int, *, follow_symlinks: bool = True) -> byt
         if len(data) > limit:
             raise FileTooLarge(path.name, max(info.st_size, len(data)), limit)
         return data
-    finally:
-        os.close(fd)

@@ -12,13 +12,13 @@ viewer gets at most WINDOW_LINES lines, each cut at LINE_CHARS, so a minified or
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.chat.attachments import MAX_FILE_BYTES
 from app.core.chat.conversation import Source
 from app.core.knowledge.reader import Unreadable, read_document
+from app.core.safe_files import NotRegularFile, opened_regular
 
 CONTEXT_LINES = 200  # lines shown above the passage
 WINDOW_LINES = 600  # lines shown in all
@@ -103,39 +103,35 @@ def _large(path: Path, source: Source, size: int) -> Excerpt:
     start = source.line_start or 1
     end = source.line_end or start
     top = max(1, start - CONTEXT_LINES)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        with opened_regular(path, follow_symlinks=False) as (fd, _info):
+            line, offset, read, ends_line = 1, 0, 0, False
+            while line < top and read < MAX_SCAN_BYTES:
+                chunk = os.pread(fd, CHUNK_BYTES, offset)
+                if not chunk:
+                    break
+                read += len(chunk)
+                ends_line = chunk.endswith(b"\n")
+                if line + chunk.count(b"\n") < top:
+                    line += chunk.count(b"\n")
+                    offset += len(chunk)
+                    continue
+                at = 0
+                while line < top:
+                    at = chunk.index(b"\n", at) + 1
+                    line += 1
+                offset += at
+            if line < top and read < MAX_SCAN_BYTES:  # the file ended first: it was cut since it was indexed
+                return Excerpt("", top, None, f"the file has {line - ends_line:,} lines now", read)
+            if line < top:
+                raise Unreadable(f"line {start:,} is past the first {MAX_SCAN_BYTES >> 20} MiB of this "
+                                 f"{size / 2**20:,.0f} MiB file, which the viewer doesn't read")
+            window = os.pread(fd, WINDOW_BYTES, offset)
+            read += len(window)
+    except NotRegularFile:
+        raise Unreadable("not a regular file now") from None
     except OSError as exc:
         raise Unreadable(f"the file can't be read now ({exc.strerror or exc})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Unreadable("not a regular file now")
-        line, offset, read, ends_line = 1, 0, 0, False
-        while line < top and read < MAX_SCAN_BYTES:
-            chunk = os.pread(fd, CHUNK_BYTES, offset)
-            if not chunk:
-                break
-            read += len(chunk)
-            ends_line = chunk.endswith(b"\n")
-            if line + chunk.count(b"\n") < top:
-                line += chunk.count(b"\n")
-                offset += len(chunk)
-                continue
-            at = 0
-            while line < top:
-                at = chunk.index(b"\n", at) + 1
-                line += 1
-            offset += at
-        if line < top and read < MAX_SCAN_BYTES:  # the file ended first: it was cut since it was indexed
-            return Excerpt("", top, None, f"the file has {line - ends_line:,} lines now", read)
-        if line < top:
-            raise Unreadable(f"line {start:,} is past the first {MAX_SCAN_BYTES >> 20} MiB of this "
-                             f"{size / 2**20:,.0f} MiB file, which the viewer doesn't read")
-        window = os.pread(fd, WINDOW_BYTES, offset)
-        read += len(window)
-    finally:
-        os.close(fd)
     lines = window.decode("utf-8", errors="replace").split("\n")[:WINDOW_LINES]
     where = f"showing lines {{top:,}}–{{bottom:,}} of a {size / 2**20:,.0f} MiB file (read only around the passage)"
     return _window(lines, top, start, end, source.text, where, read)
