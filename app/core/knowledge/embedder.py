@@ -177,7 +177,9 @@ def _load(folder: Path) -> tuple[Any, Any, int, str, bool]:
         transformers_logging.disable_progress_bar()  # its "Loading weights" bar would land in the CLI's output
         # One core left to the window (and to the rest of the machine): with as many threads as cores, a core
         # taken by anything else stalls each of torch's parallel steps (0.5 s a question on a busy 2-core box).
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) - 1))
+        # sched_getaffinity is Linux's (the cores this process may use); Windows and macOS have cpu_count only.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        torch.set_num_threads(max(1, cores - 1))
 
         modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
         mode = _pooling_mode(_pooling_config(folder, modules) or {}) or "mean"
