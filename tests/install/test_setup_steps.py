@@ -50,3 +50,36 @@ def test_make_names_each_set_up_step_through_the_wrapper() -> None:
                     "packaging/setup_venv.sh\n", "packaging/setup_venv.sh test", "-m app.core.models.embedded_model"):
         line = next(line for line in makefile.splitlines(keepends=True) if command in line and line[0] == "\t")
         assert line.lstrip("\t").startswith("@$(STEP) "), line
+
+
+def test_uv_gets_pips_own_settings_and_pip_installs_when_uv_fails(tmp_path: Path) -> None:
+    """setup_venv.sh installs with uv, which reads none of pip's settings. Bugs caught: a machine's mirror, wheel
+    folder or constraints file (pip.conf) not handed to uv, so it resolves another torch or fails offline; a
+    failing uv ending the set-up instead of pip installing the same packages."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    calls = tmp_path / "calls"
+    settings = {"index-url": "https://mirror.example/simple", "extra-index-url": "file:///a file:///b",
+                "find-links": "/wheels", "constraint": "/etc/caps.txt"}
+    answers = "".join(f'  "-m pip config get global.{key}") echo "{value}" ;;\n' for key, value in settings.items())
+    (venv / "bin" / "python").write_text(f'#!/bin/bash\necho "python $*" >> "{calls}"\ncase "$*" in\n{answers}esac\n')
+    for uv_exit in (0, 3):
+        (venv / "bin" / "uv").write_text(f'#!/bin/bash\necho "uv $*" >> "{calls}"\nexit {uv_exit}\n')
+        for tool in ("python", "uv"):
+            (venv / "bin" / tool).chmod(0o755)
+        calls.write_text("")
+        result = subprocess.run([str(ROOT / "packaging" / "setup_venv.sh")], capture_output=True, text=True,
+                                env={"PATH": "/usr/bin:/bin", "VENV": str(venv), "NALAR_ENGINE": "cpu"}, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+        lines = calls.read_text().splitlines()
+        uv_line = next(line for line in lines if line.startswith("uv pip install"))
+        for part in ("--default-index https://mirror.example/simple", "--extra-index-url file:///a",
+                     "--extra-index-url file:///b", "--find-links /wheels", "--constraint /etc/caps.txt",
+                     "--index-strategy unsafe-best-match", "--compile-bytecode", "-e .[cpu]"):
+            assert part in uv_line, (part, uv_line)
+        pip_installs = [line for line in lines if line.startswith("python -m pip install") and "-e .[" in line]
+        if uv_exit == 0:
+            assert pip_installs == []
+        else:
+            assert len(pip_installs) == 1 and pip_installs[0].endswith("-e .[cpu]")
+            assert "pip installs them instead" in result.stdout
