@@ -90,14 +90,39 @@ def test_an_fp8_row_not_run_says_why_and_has_no_agreement() -> None:
     assert data.engine == check
 
 
+class RecordingHostDouble:
+    """Stands in for EngineHost.raw_generate: records each request's SamplingParams, streams nothing."""
+
+    def __init__(self) -> None:
+        self.params: list[object] = []
+
+    async def raw_generate(self, prompt_ids: list[int], params: object, request_id: str):  # noqa: ANN201
+        self.params.append(params)
+        return
+        yield
+
+
+def test_each_request_carries_its_samplings_seed_and_temperature() -> None:
+    """Bug caught: seeds not passed to vLLM, so a dtype's sampled streams are another draw than auto's and the
+    fp8-vs-auto agreement measures chance (the real-engine test below compares only two engines)."""
+    import asyncio
+
+    from app.commands.kv_engine_check import SAMPLED_TEMPERATURE, _stream, samplings
+
+    host = RecordingHostDouble()
+    for sampling in samplings(2):
+        asyncio.run(_stream(host, [1, 2, 3], sampling, 16, "r"))
+    assert [(p.seed, p.temperature, p.max_tokens) for p in host.params] == [
+        (None, 0.0, 16), (1, SAMPLED_TEMPERATURE, 16), (2, SAMPLED_TEMPERATURE, 16)]
+
+
 @pytest.mark.real_engine
 def test_the_real_engine_runs_auto_and_fp8_says_why_where_it_cannot() -> None:
-    """Two prompts (one that loops), greedy and one seed, 128 tokens; auto twice, as the control the fp8
-    comparison stands on: the same seeds on the same engine give the same tokens.
+    """Two prompts (one that loops), greedy and one seed, 128 tokens, on auto and (where the CPU can) fp8.
 
     Bugs caught: figures not from real streams (token counts off, loop flags not computed from the tokens),
-    seeds not passed to vLLM (the two auto runs' sampled streams would split), fp8 started on a CPU that
-    can't run it, or its row without the capability's reason."""
+    fp8 started on a CPU that can't run it, or its row without the capability's reason. (Seeds reaching vLLM:
+    the fast test above; auto run twice as a control cost a third engine start, 40 s.)"""
     from transformers import AutoTokenizer
 
     from app.commands.kv_engine_check import run_engine_check
@@ -110,10 +135,10 @@ def test_the_real_engine_runs_auto_and_fp8_says_why_where_it_cannot() -> None:
     before = child_pids()
     guard = LoopGuardConfig(start_after_tokens=0)  # 128 tokens: watched from the first one
     check = run_engine_check(EngineConfig(model=str(model), max_model_len=2048), (LOOPING_PROMPT, REASONING_PROMPTS[0]),
-                             seeds=1, max_tokens=128, kv_dtypes=("auto", "fp8_e4m3", "auto"), guard=guard)
+                             seeds=1, max_tokens=128, kv_dtypes=("auto", "fp8_e4m3"), guard=guard)
     assert vllm_processes(before) == [], "the check left engine processes behind"
-    auto, fp8, control = check.runs
-    assert auto.supported and control.supported
+    auto, fp8 = check.runs
+    assert auto.supported
     assert [(s.prompt_index, s.sampling) for s in auto.streams] == [(0, GREEDY), (1, GREEDY), (0, SEEDED),
                                                                      (1, SEEDED)]
     tokenizer = AutoTokenizer.from_pretrained(str(model))
@@ -125,7 +150,6 @@ def test_the_real_engine_runs_auto_and_fp8_says_why_where_it_cannot() -> None:
         assert (again[0] if again else None) == stream.loop_phase
     assert auto.streams[0].looped, "greedy on a prompt that asks for repetition loops within 128 tokens"
     assert auto.loop_rate == auto.loops / 4
-    assert [a.leading_tokens for a in agreements(auto, control)] == [len(s.token_ids) for s in auto.streams]
 
     reason = capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware())
     if reason is not None:  # an AVX2-only machine: not run, and why; shown as a skip, not a pass
