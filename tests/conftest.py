@@ -359,7 +359,7 @@ LONGEST_FILES_FIRST = ("test_faults_real.py", "test_engine_process_real.py", "te
                        "test_shutdown_real.py", "test_kv_engine_check.py", "test_measure_dialog.py",
                        "test_remote_real.py", "test_fp8_bench.py", "test_kv_quality.py", "test_tools_real.py",
                        "test_compare_real.py", "test_images_real.py", "test_desktop_launcher.py",
-                       "test_loop_guard_real.py")
+                       "test_window_real.py")
 # Session engines, one per worker that asks: the files whose tests use one run on one worker, so each engine
 # starts once a suite, not once per worker. `make test` runs the real-engine part with --dist loadgroup, which
 # here means these groups (xdist's own loadgroup reads marks it can't attach under pytest 9.2). The groups go

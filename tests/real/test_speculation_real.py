@@ -19,7 +19,7 @@ from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.events import Finished, Metrics
 from app.engine.local.host import EngineHost
 from tests.conftest import child_pids, require_embedded_model, vllm_processes
-from tests.real.test_loop_guard_real import LOOPING_PROMPT
+from tests.real.test_window_real import LOOPING_PROMPT
 
 pytestmark = pytest.mark.real_engine
 PROMPT = "A farmer has 17 sheep. All but 9 run away. How many sheep are left? Think it through step by step."
