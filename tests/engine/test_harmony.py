@@ -89,11 +89,10 @@ def test_trimming_fits_a_harmony_prompt_with_object_arguments() -> None:
 
 @pytest.fixture(scope="module")
 def gpt_oss_tokenizer() -> Any:
-    from vllm.tokenizers import registry
+    """The process's one load of it (3 s here), shared with test_api_harmony's scripts and the tool fixtures."""
+    from tests.support import harmony_tokenizer
 
-    from tests.support.harmony_tokenizer import harmony_tokenizer_folder
-
-    return registry.get_tokenizer(str(harmony_tokenizer_folder()), trust_remote_code=False)
+    return harmony_tokenizer.gpt_oss_tokenizer()
 
 
 REPLY = ('<|channel|>analysis<|message|>They want 20+22. I will call add.<|end|>'

@@ -42,13 +42,41 @@ def write_o200k(path: Path) -> Path:
     return path
 
 
+def _cache_key() -> str:
+    """This file and the versions of the packages the conversion reads: a change to either builds it anew."""
+    from importlib.metadata import packages_distributions, version
+
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    owners = packages_distributions()  # openai_harmony's distribution is oss-harmony here
+    for module in ("openai_harmony", "tiktoken", "transformers", "tokenizers"):
+        for dist in owners.get(module, [module]):
+            digest.update(f"{dist}={version(dist)}".encode())
+    return digest.hexdigest()[:16]
+
+
 @lru_cache(maxsize=None)
 def harmony_tokenizer_folder() -> Path:
     """A tokenizer folder (tokenizer.json, its config, a gpt_oss config.json) that vLLM's get_tokenizer loads.
-    Built once per test process (the conversion takes half a minute), in a folder removed at exit."""
-    root = Path(tempfile.mkdtemp(prefix="nalar-harmony-"))
-    atexit.register(shutil.rmtree, root, True)
-    return build_harmony_tokenizer(root)
+
+    The conversion takes 8 s (half a minute on a busy machine), and each xdist worker that met a gpt-oss test
+    paid it again: it is built once and kept beside the embedded model (as mypy's cache is), under a key of this
+    file and the converting packages' versions. It is moved into place whole, so a worker sees all of it or none.
+    """
+    from tests.conftest import WHEEL_DIR
+
+    cache = WHEEL_DIR.parent / "harmony-tokenizer"
+    kept = cache / _cache_key()
+    if not (kept / "gpt-oss-tokenizer" / "config.json").is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
+        atexit.register(shutil.rmtree, work, True)
+        build_harmony_tokenizer(work)
+        shutil.rmtree(work / "tiktoken-cache")
+        try:
+            work.rename(kept)
+        except OSError:  # another worker moved its copy in first: the same files
+            pass
+    return kept / "gpt-oss-tokenizer"
 
 
 def build_harmony_tokenizer(root: Path) -> Path:

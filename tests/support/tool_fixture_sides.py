@@ -45,7 +45,7 @@ from app.core.models.model_families import model_family
 from app.engine.events import AnswerDelta, EngineEvent, Finished, ThinkingDelta, ToolCallDelta
 from app.engine.reply.reasoning import ReplyTexts, make_splitter, think_start_of_prompt
 from app.engine.reply.tool_calls import ToolOffer, gate_for
-from tests.support.harmony_tokenizer import harmony_tokenizer_folder
+from tests.support.harmony_tokenizer import gpt_oss_tokenizer
 
 EMBEDDED_TOKENIZER = Path.home() / ".cache" / "nalar" / "models" / "SmolLM2-135M-Instruct"
 PASSING = (Status.PASS, Status.SOFT_PASS)
@@ -68,8 +68,9 @@ NEEDS_REAL_TOKENIZER = {
                "which the Hugging Face hub serves and this offline machine can't reach (curl: could not resolve "
                "huggingface.co). Unproven until then: vLLM's `mistral` reasoning and tool parsers against Nalar's path",
 }
-# Families whose real tokenizer is built offline: both sides read the fixtures' recorded ids with it.
-REAL_TOKENIZERS = {"gpt-oss": harmony_tokenizer_folder}
+# Families whose real tokenizer is built offline: both sides read the fixtures' recorded ids with it. vLLM's
+# tokenizer over it is loaded once a process (3 s here) and shared with the other gpt-oss tests; nothing sets on it.
+REAL_TOKENIZERS = {"gpt-oss": gpt_oss_tokenizer}
 
 
 def standin_config(repo: str) -> dict[str, Any]:
@@ -114,11 +115,8 @@ class RealTokenizers:
     """A family's real tokenizer (built offline), in the shape StandinTokenizers has: the prompt is the
     renderer's own (Harmony's for gpt-oss), so ``use_prompt`` has nothing to set."""
 
-    def __init__(self, folder: Path) -> None:
-        from vllm.tokenizers import registry
-
-        self.folder = folder
-        self._tok = registry.get_tokenizer(str(folder), trust_remote_code=False)
+    def __init__(self, tok: Any) -> None:
+        self._tok = tok
 
     def use_prompt(self, generation_prompt: str) -> None:
         pass
