@@ -73,10 +73,15 @@ def point_xdg_at(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         folder = root / var.lower()
         folder.mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(var, str(folder))
+    share_vllm_modelinfos(root)
+
+
+def share_vllm_modelinfos(xdg_root: Path) -> None:
+    """XDG dirs under ``xdg_root`` (one folder per variable, named in lower case) get the shared model-info cache."""
     VLLM_MODELINFOS.mkdir(parents=True, exist_ok=True)
-    shared = root / "xdg_cache_home" / "vllm" / "modelinfos"
+    shared = xdg_root / "xdg_cache_home" / "vllm" / "modelinfos"
     if not shared.is_symlink():
-        shared.parent.mkdir(exist_ok=True)
+        shared.parent.mkdir(parents=True, exist_ok=True)
         shared.symlink_to(VLLM_MODELINFOS, target_is_directory=True)
 
 
