@@ -105,20 +105,16 @@ class RecordingHostDouble:
 def test_each_request_carries_its_samplings_seed_and_temperature() -> None:
     """Bug caught: seeds not passed to vLLM, so a dtype's sampled streams are another draw than auto's and the
     fp8-vs-auto agreement measures chance (the real-engine test below compares only two engines)."""
-    import asyncio
-    import threading
-
     from app.commands.kv_engine_check import SAMPLED_TEMPERATURE, _stream, samplings
+    from app.core.loop_thread import LoopThread
 
     host = RecordingHostDouble()
-
-    def stream_all() -> None:  # a thread of its own: a Qt test in this worker may leave a loop marked running here
+    loop = LoopThread("seed-test")  # a loop of its own: a Qt test in this worker may leave one marked running here
+    try:
         for sampling in samplings(2):
-            asyncio.run(_stream(host, [1, 2, 3], sampling, 16, "r"))
-
-    thread = threading.Thread(target=stream_all)
-    thread.start()
-    thread.join(60)
+            loop.submit(_stream(host, [1, 2, 3], sampling, 16, "r")).result(60)
+    finally:
+        loop.stop()
     assert [(p.seed, p.temperature, p.max_tokens) for p in host.params] == [
         (None, 0.0, 16), (1, SAMPLED_TEMPERATURE, 16), (2, SAMPLED_TEMPERATURE, 16)]
 
