@@ -38,8 +38,8 @@ def split_cores_between_workers() -> str | None:
         return None
     cores = sorted(os.sched_getaffinity(0))
     index, workers = int(worker.removeprefix("gw")), int(count)
-    if len(cores) < workers:  # more workers than cores: round robin, so no core gets every engine
-        return str(cores[index % len(cores)])
+    if len(cores) < workers:  # more workers than cores: pinned, two workers' engines would share one core while
+        return "nobind"       # the other idles; vLLM leaves its threads to the OS scheduler instead
     share = cores[index::workers]
     return ",".join(str(core) for core in share)
 
