@@ -39,10 +39,11 @@ run: system-run setup
 
 # The fast tests on TEST_WORKERS processes (pytest-xdist), then the real-engine tests on REAL_WORKERS, a test
 # file per worker (a file's engines and desktops are shared by its tests; files that use a session engine go
-# together, tests/conftest.py's engine_groups); each worker's engines get their own core (tests/conftest.py). Both
-# runs always happen; the target fails if either failed ("no tests collected" is fine: PYTEST_ARGS may pick files of
-# one kind only). The real-engine part runs one worker more than the 2 cores: with 2, a quarter of the CPU idled
-# while engines loaded, spawned and shut down (CPU time against wall time, 2026-12-05).
+# together, tests/conftest.py's engine_groups); each worker's engines get their own core, or none pinned when workers
+# outnumber cores (tests/conftest.py). Both runs always happen; the target fails if either failed ("no tests
+# collected" is fine: PYTEST_ARGS may pick files of one kind only). The real-engine part runs one worker more than
+# the 2 cores: with 2, a quarter of the CPU idled while engines imported, spawned and shut down; with 3, vmstat
+# shows none idle until the last minute (2026-12-05).
 TEST_WORKERS ?= 2
 REAL_WORKERS ?= 3
 PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest
