@@ -68,21 +68,23 @@ XDG_VARS = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOM
 VLLM_MODELINFOS = WHEEL_DIR.parent / "vllm-modelinfos"
 
 
-def point_xdg_at(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in XDG_VARS:
-        folder = root / var.lower()
+def xdg_dirs(root: Path) -> dict[str, str]:
+    """XDG dirs of their own under ``root`` (one folder per variable, named in lower case), made, with the shared
+    model-info cache in them: the variables for this process (point_xdg_at) or a child's environment."""
+    dirs = {var: root / var.lower() for var in XDG_VARS}
+    for folder in dirs.values():
         folder.mkdir(parents=True, exist_ok=True)
-        monkeypatch.setenv(var, str(folder))
-    share_vllm_modelinfos(root)
-
-
-def share_vllm_modelinfos(xdg_root: Path) -> None:
-    """XDG dirs under ``xdg_root`` (one folder per variable, named in lower case) get the shared model-info cache."""
     VLLM_MODELINFOS.mkdir(parents=True, exist_ok=True)
-    shared = xdg_root / "xdg_cache_home" / "vllm" / "modelinfos"
+    shared = dirs["XDG_CACHE_HOME"] / "vllm" / "modelinfos"
     if not shared.is_symlink():
         shared.parent.mkdir(parents=True, exist_ok=True)
         shared.symlink_to(VLLM_MODELINFOS, target_is_directory=True)
+    return {var: str(folder) for var, folder in dirs.items()}
+
+
+def point_xdg_at(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for var, folder in xdg_dirs(root).items():
+        monkeypatch.setenv(var, folder)
 
 
 @pytest.fixture(autouse=True)

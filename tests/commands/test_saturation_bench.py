@@ -21,7 +21,7 @@ from app.commands.saturation import WARM_UP
 from app.core.measure.job_lines import parse_job_line
 from app.core.measure.saturation import series_from_dict, summarise_cell
 from app.engine.machine import capability
-from tests.conftest import XDG_VARS, require_embedded_model, share_vllm_modelinfos
+from tests.conftest import require_embedded_model, xdg_dirs
 from tests.support.bench_jobs import finish_bench, group_processes, is_png, sigterm_once
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,8 +33,7 @@ EXPECTED_KNEE = {"auto": 2, "fp8_e4m3": 4}
 def start_sweep(xdg: Path, *args: str) -> subprocess.Popen[str]:
     """`python -m app bench saturation …` in its own session, with its own XDG dirs."""
     require_embedded_model()
-    share_vllm_modelinfos(xdg)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **{var: str(xdg / var.lower()) for var in XDG_VARS})
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **xdg_dirs(xdg))
     return subprocess.Popen([sys.executable, "-m", "app", "bench", "saturation", *args], cwd=ROOT, env=env,
                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
