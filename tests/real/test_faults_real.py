@@ -1,5 +1,6 @@
 """Failures driven for real: bad model paths, no memory at load, EngineCore killed, window closed
-mid-reply, and the whole app SIGKILLed mid-answer (history kept, orphaned engine ended next start)."""
+mid-reply, and the whole app SIGKILLed mid-answer (history kept, orphaned engine ended next start). Closing while
+the engine loads is tests/real/test_shutdown_real.py's close at "weights", through the real app."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from app.core.settings.settings import EngineConfig, SamplingConfig, Settings, l
 from app.engine.local.host import EngineHost
 from app.engine.machine.orphans import owner_tag, records_dir, same_process
 from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes, x_server
+from tests.real.test_shutdown_real import CHATTER
 
 
 @pytest.mark.parametrize("kind", ["missing", "not a model", "broken config"])
@@ -126,31 +128,6 @@ def test_no_memory_retry_engine_killed_restart_and_close_mid_reply(qtbot, make_w
     assert secret not in engine_log
 
 
-def _engine_core_started(before: set[int]) -> bool:
-    try:
-        return any(p.pid not in before and p.name() == "VLLM::EngineCore"
-                   for p in psutil.Process().children(recursive=True))
-    except psutil.NoSuchProcess:
-        return False
-
-
-@pytest.mark.real_engine
-def test_closing_while_the_engine_loads_is_quick_and_leaves_nothing(qtbot, make_window) -> None:
-    """The load blocks the engine loop for tens of seconds; closing must not wait for it to end."""
-    before = child_pids()
-    engine = EngineHost()
-    window = make_window(engine, Settings(engine=EngineConfig(model=str(require_embedded_model()),
-                                                              max_model_len=2048)))
-    qtbot.waitUntil(lambda: _engine_core_started(before), timeout=300_000)
-    assert engine._starting is not None and engine._starting.loading_since is not None, \
-        "the engine finished loading before the test closed it"
-    started = time.monotonic()
-    window.close()
-    assert time.monotonic() - started < 15
-    assert vllm_processes(before) == []
-    assert not engine.loop_thread.alive
-
-
 def _wait_for(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -169,10 +146,11 @@ def xvfb_display(tmp_path: Path) -> Iterator[str]:
         yield display
 
 
-def launch_app(display: str, **extra_env: str) -> subprocess.Popen:
+def launch_app(display: str, output: str = "app-output.log", **extra_env: str) -> subprocess.Popen:
+    """The real app, its terminal output in ``output`` (beside the logs)."""
     env = dict(os.environ, DISPLAY=display, QT_QPA_PLATFORM="xcb", **extra_env)
-    output = (paths.log_dir().parent / "app-output.log").open("ab")
-    return subprocess.Popen([sys.executable, "-m", "app"], env=env, stdout=output, stderr=subprocess.STDOUT)
+    sink = (paths.log_dir().parent / output).open("ab")
+    return subprocess.Popen([sys.executable, "-m", "app"], env=env, stdout=sink, stderr=subprocess.STDOUT)
 
 
 def app_output() -> str:
@@ -243,7 +221,7 @@ def test_sigkill_mid_reply_on_a_second_branch_keeps_the_partial_and_the_next_sta
 
         # vLLM may leave EngineCore running (vllm#55510); the next start must end whatever is left.
         survivors = still_alive(engine, timeout=3)
-        second = launch_app(xvfb_display)
+        second = launch_app(xvfb_display, "second-output.log")  # its own terminal: the first's orphans may write
         _wait_for(lambda: ready_count() == 2, 600, "the second start")
         assert still_alive(engine, timeout=5) == [], f"orphans survived the next start (had {survivors})"
         assert not record.exists()
@@ -262,6 +240,9 @@ def test_sigkill_mid_reply_on_a_second_branch_keeps_the_partial_and_the_next_sta
         assert still_alive(second_engine) == []
         app_log = (paths.log_dir() / "nalar.log").read_text()
         assert re.search(r"window closed; engine shut down in \d+\.\d s", app_log)
+        second_output = (paths.log_dir().parent / "second-output.log").read_text(errors="replace")
+        chatter = [line for line in second_output.splitlines() if CHATTER.search(line)]
+        assert chatter == [], "a ready app's terminal shows library chatter or a traceback at its close"
         engine_log = (paths.log_dir() / "engine.log").read_text()
         assert "Why is the sky blue" not in app_log + engine_log, "prompts stay out of the logs"
     finally:

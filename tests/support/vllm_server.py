@@ -74,7 +74,9 @@ def serve_embedded_model(model_dir: Path, log_dir: Path, startup_timeout_s: floa
     """Start the server, wait until /v1/models answers, and stop it with nothing left running."""
     port = free_port()
     log_file = log_dir / "vllm-serve.log"
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    # A stand-in for a remote box, whose processes Nalar never sees: with VLLM_ENABLE_V1_MULTIPROCESSING=0 vllm-cpu
+    # runs its worker inside EngineCore (its "uni" executor), a process and a vLLM import fewer per server.
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0")
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                "--served-model-name", SERVED_MODEL, THINKING_ALIAS, "--host", "127.0.0.1", "--port", str(port),
                "--max-model-len", "2048", "--max-num-seqs", "4", "--enforce-eager",
