@@ -22,6 +22,7 @@ from tests.conftest import child_pids, require_embedded_model, vllm_processes
 from tests.real.test_window_real import LOOPING_PROMPT
 
 pytestmark = pytest.mark.real_engine
+GREEDY_TOKENS = 128  # each run's tokens: the drafts verified, with logprobs for the near-tie test (192 cost 50% more)
 PROMPT = "A farmer has 17 sheep. All but 9 run away. How many sheep are left? Think it through step by step."
 
 
@@ -46,9 +47,9 @@ def test_greedy_text_with_ngram_agrees_with_none_up_to_a_near_tie(engines: dict[
     """Bug caught: speculation changing greedy output (a verification or KV bug accepts wrong drafts): the
     texts may only part where the top two tokens were within a small margin in both runs."""
     off, ngram = engines["off"], engines["ngram"]
-    base = off.loop_thread.submit(greedy_tokens(off, PROMPT, 192, "off-greedy")).result(600)
-    spec = ngram.loop_thread.submit(greedy_tokens(ngram, PROMPT, 192, "ngram-greedy")).result(600)
-    assert len(base[0]) == len(spec[0]) == 192
+    base = off.loop_thread.submit(greedy_tokens(off, PROMPT, GREEDY_TOKENS, "off-greedy")).result(600)
+    spec = ngram.loop_thread.submit(greedy_tokens(ngram, PROMPT, GREEDY_TOKENS, "ngram-greedy")).result(600)
+    assert len(base[0]) == len(spec[0]) == GREEDY_TOKENS
     found = first_divergence("ngram", "sheep", base[0], spec[0], base[1], spec[1], off.tokenizer.decode)
     assert found.near_tie, found
     assert found.token_index is None or found.token_index > 0, "the first token comes from the same prefill"
