@@ -271,6 +271,37 @@ def test_the_library_shows_a_user_folders_verdict_with_the_hub_offline(qtbot, ma
     assert "last used never · fits" in shown(), shown()
 
 
+def test_a_library_read_that_ends_after_a_later_one_is_dropped(qtbot, make_window, tmp_path) -> None:
+    """Bug caught: opening the browser, its Library tab and Add folder each read the library on a thread of its
+    own; a read that ended after a later one (a loaded machine) put back the older listing, and the folder just
+    added vanished until the next reload (the offline-verdict test above timed out on it, twice in make test)."""
+    from app.ui.controllers.operations import Operation, run_blocking
+
+    window = make_window()
+    library = open_browser(window).library
+    qtbot.waitUntil(lambda: not library.loading, timeout=10_000)
+    release = threading.Event()
+    held: list[Operation] = []
+    real_entries = library.hub.entries
+
+    def entries(owner):  # type: ignore[no-untyped-def]
+        if held:
+            return real_entries(owner)
+        held.append(run_blocking("an earlier read, held", lambda: [] if release.wait(30) else [], parent=owner))
+        return held[0]
+
+    library.hub.entries = entries  # type: ignore[method-assign]
+    folder = sparse_model_folder(tmp_path / "mine", int(1.2e9))
+    library.reload()  # the earlier read: its listing, without the folder, arrives last
+    library.add_folder(folder)
+    qtbot.waitUntil(lambda: any(e.path == folder for e in library.entries), timeout=10_000)
+    release.set()
+    qtbot.waitUntil(lambda: held[0].settled, timeout=10_000)
+    assert [e.path for e in library.entries if e.path == folder] == [folder], "the older listing replaced it"
+    assert any(row.key == str(folder) for row in library.list.rows.rows)
+    assert not library.loading
+
+
 def test_the_welcome_dialog_hands_over_to_the_browser(qtbot, make_window) -> None:
     """Bug caught: "More models…" on first run closed the welcome dialog as "Later", so the embedded model was
     saved and started while the user was still choosing in the browser."""

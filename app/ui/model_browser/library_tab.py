@@ -76,19 +76,29 @@ class LibraryTab(QWidget):
         layout.addLayout(buttons)
         self.loading = False
         self.notice = ""  # what the last action did, said once above the list
+        self._reads = 0  # reloads asked for: only the latest one's listing is shown
         self._enable()
 
     def reload(self) -> None:
-        """The library read again off the GUI thread, then each entry's verdict from its own folder."""
+        """The library read again off the GUI thread, then each entry's verdict from its own folder. Reads run
+        side by side (opening the browser, its tab and Add folder each ask): one that ends after a later one
+        is dropped, or a folder just added would vanish from the list."""
         self.loading = True
         self.status_label.setText("Reading the library…")
-        self.hub.entries(self).success(self._show_entries).failure(self._failed)
+        self._reads += 1
+        read = self._reads
+        self.hub.entries(self).success(lambda entries: self._show_entries(entries, read)).failure(
+            lambda exc: self._failed(exc, read))
 
-    def _failed(self, exc: Exception) -> None:
+    def _failed(self, exc: Exception, read: int) -> None:
+        if read != self._reads:
+            return
         self.loading = False
         self.status_label.setText(f"The library can't be read: {exc}")
 
-    def _show_entries(self, entries: list[LibraryEntry]) -> None:
+    def _show_entries(self, entries: list[LibraryEntry], read: int) -> None:
+        if read != self._reads:
+            return
         self.entries = entries
         self.loading = False
         total = sum(entry.size_bytes for entry in entries)
