@@ -208,11 +208,12 @@ class KvQualityModel:
             tap.v_scale = scales.v[index] if scales else 1.0
             tap.observe = observe
 
-    def continuation(self, ids: list[int], tokens: int, cancel: threading.Event | None = None) -> list[int]:
-        """The unrounded model's own greedy continuation: the text the check is teacher-forced along.
-
-        Generation is most of a check's time, so continuations are kept for the next check on this model.
-        """
+    def continuations(self, prompts: Sequence[list[int]], tokens: int,
+                      cancel: threading.Event | None = None) -> list[list[int]]:
+        """The unrounded model's own greedy continuation of each prompt: the texts the check is teacher-forced
+        along. One batch (left-padded) for all of them: decoding a step costs about the same for two prompts as
+        for one here, so the batch halves the generation, which is most of a check's time. Continuations are
+        kept for the next check on this model."""
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
 
@@ -220,23 +221,29 @@ class KvQualityModel:
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> bool:
                 return cancel is not None and cancel.is_set()
 
-        key = (tuple(ids), tokens)
-        if key not in self._continuations:
+        missing = list(dict.fromkeys(tuple(ids) for ids in prompts if (tuple(ids), tokens) not in self._continuations))
+        if missing:
             self._set_taps(None)
+            pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+                else self.tokenizer.eos_token_id
+            width = max(len(ids) for ids in missing)
+            batch = torch.tensor([[pad] * (width - len(ids)) + list(ids) for ids in missing])
+            mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in missing])
             threads = torch.get_num_threads()
             # Decoding one token at a time is many tiny ops: more threads only spin against each other
             # (measured 13 tok/s on one thread, 1 tok/s on two while the other core was busy).
             torch.set_num_threads(1)
             try:
                 with torch.inference_mode():
-                    out = self.model.generate(torch.tensor([ids]), max_new_tokens=tokens, min_new_tokens=tokens,
-                                              do_sample=False, pad_token_id=self.tokenizer.eos_token_id,
+                    out = self.model.generate(batch, attention_mask=mask, max_new_tokens=tokens,
+                                              min_new_tokens=tokens, do_sample=False, pad_token_id=pad,
                                               stopping_criteria=StoppingCriteriaList([StopWhenCancelled()]))
             finally:
                 torch.set_num_threads(threads)
             _check(cancel)  # a cancelled generation stopped early: don't keep it
-            self._continuations[key] = [int(i) for i in out[0, len(ids):]]
-        return self._continuations[key]
+            for row, ids in enumerate(missing):
+                self._continuations[(ids, tokens)] = [int(i) for i in out[row, width:]]
+        return [self._continuations[(tuple(ids), tokens)] for ids in prompts]
 
     def log_probs(self, sequence: list[int], scored_from: int, kv_dtype: str | None,
                   scales: LayerScales | None = None) -> torch.Tensor:
@@ -309,11 +316,13 @@ def run_quality_check(model_dir: Path, *, prompts: Sequence[str] = REASONING_PRO
 
     plans = [(v, "1.0", None) for v in variants] + [(v, "calibrated", scales[v]) for v in variants if v in scales]
     totals = {(v, s): [0, 0.0, 0] for v, s, _ in plans}
-    for index, prompt in enumerate(prompts):
+    prompt_ids = [qm.prompt_ids(prompt) for prompt in prompts]
+    say(0.4, f"{len(prompts)} prompt(s): the unrounded continuations")
+    continuations = qm.continuations(prompt_ids, tokens, cancel)
+    for index, (ids, continuation) in enumerate(zip(prompt_ids, continuations, strict=True)):
         _check(cancel)
-        say(0.4 + 0.6 * index / len(prompts), f"prompt {index + 1}/{len(prompts)}: continuation")
-        ids = qm.prompt_ids(prompt)
-        sequence = ids + qm.continuation(ids, tokens, cancel)
+        say(0.6 + 0.4 * index / len(prompts), f"prompt {index + 1}/{len(prompts)}: the rounded caches")
+        sequence = ids + continuation
         reference = qm.log_probs(sequence, len(ids), None)
         for variant, scale_kind, layer_scales in plans:
             _check(cancel)
