@@ -21,7 +21,7 @@ import pytest
 
 from app.core.chat.history import HistoryStore, history_path
 from app.core.settings import paths
-from app.core.settings.settings import EngineConfig, SamplingConfig, Settings, load_settings, save_settings
+from app.core.settings.settings import EngineConfig, SamplingConfig, Settings, changed, load_settings, save_settings
 from app.engine.local.host import EngineHost
 from app.engine.machine.orphans import owner_tag, records_dir, same_process
 from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes, x_server
@@ -108,9 +108,14 @@ def test_no_memory_retry_engine_killed_restart_and_close_mid_reply(qtbot, make_w
     window.banner.action.click()
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=300_000)
     monkeypatch.delenv("NALAR_IGNORE_EOS")
+    long_replies = window.controller.settings
+    # A short reply shows the restarted engine answers (a sampling change restarts nothing); 300 + 300 tokens
+    # only made the step longer on a loaded machine.
+    window.controller.apply_settings(changed(long_replies, sampling=SamplingConfig(think_budget=16, max_tokens=16)))
     with qtbot.waitSignal(window.reply_finished, timeout=120_000) as blocker:
         window.send("What is 2+2?")
     assert blocker.args[0].reason in ("stop", "length") and window.chat_view.answer_pane.text()
+    window.controller.apply_settings(long_replies)  # the next reply must still stream when the window closes
 
     # 3. Closed mid-reply: abort plus shutdown within 10 s, nothing left behind.
     monkeypatch.setenv("NALAR_IGNORE_EOS", "1")
