@@ -23,6 +23,7 @@ from tests.support.loop_golden import DATA, label
 
 GREEDY, SEEDED = Sampling(0.0), Sampling(0.6, 1)
 # Repetition asked for outright: the embedded model writes the sentence over and over from its first tokens.
+ENGINE_CHECK_TOKENS = 64  # per request in the real check below
 LOOPING_PROMPT = ("Write the sentence \"The pens cost 21 dollars and the change is 29 dollars.\" "
                   "again and again, many times.")
 
@@ -121,7 +122,8 @@ def test_each_request_carries_its_samplings_seed_and_temperature() -> None:
 
 @pytest.mark.real_engine
 def test_the_real_engine_runs_auto_and_fp8_says_why_where_it_cannot() -> None:
-    """Two prompts (one that loops), greedy and one seed, 128 tokens, on auto and (where the CPU can) fp8.
+    """Two prompts (one that loops), greedy and one seed, 64 tokens, on auto and (where the CPU can) fp8. (The
+    looping prompt loops from its first token with a period of 4, greedy and seeded, measured at 128 tokens.)
 
     Bugs caught: figures not from real streams (token counts off, loop flags not computed from the tokens),
     fp8 started on a CPU that can't run it, or its row without the capability's reason. (Seeds reaching vLLM:
@@ -136,9 +138,9 @@ def test_the_real_engine_runs_auto_and_fp8_says_why_where_it_cannot() -> None:
 
     model = require_embedded_model()
     before = child_pids()
-    guard = LoopGuardConfig(start_after_tokens=0)  # 128 tokens: watched from the first one
+    guard = LoopGuardConfig(start_after_tokens=0)  # 64 tokens: watched from the first one
     check = run_engine_check(EngineConfig(model=str(model), max_model_len=2048), (LOOPING_PROMPT, REASONING_PROMPTS[0]),
-                             seeds=1, max_tokens=128, kv_dtypes=("auto", "fp8_e4m3"), guard=guard)
+                             seeds=1, max_tokens=ENGINE_CHECK_TOKENS, kv_dtypes=("auto", "fp8_e4m3"), guard=guard)
     assert vllm_processes(before) == [], "the check left engine processes behind"
     auto, fp8 = check.runs
     assert auto.supported
@@ -146,12 +148,12 @@ def test_the_real_engine_runs_auto_and_fp8_says_why_where_it_cannot() -> None:
                                                                      (1, SEEDED)]
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     for stream in auto.streams:
-        assert 0 < len(stream.token_ids) <= 128 and stream.finish_reason in ("stop", "length")
-        assert (stream.finish_reason == "length") == (len(stream.token_ids) == 128)
+        assert 0 < len(stream.token_ids) <= ENGINE_CHECK_TOKENS and stream.finish_reason in ("stop", "length")
+        assert (stream.finish_reason == "length") == (len(stream.token_ids) == ENGINE_CHECK_TOKENS)
         # The flag again, from the tokens alone (decoded one by one): the check watched these very tokens.
         again = first_loop((([t], tokenizer.decode([t])) for t in stream.token_ids), guard, prompt_opened_think=True)
         assert (again[0] if again else None) == stream.loop_phase
-    assert auto.streams[0].looped, "greedy on a prompt that asks for repetition loops within 128 tokens"
+    assert auto.streams[0].looped, f"greedy on the repetition prompt loops within {ENGINE_CHECK_TOKENS} tokens"
     assert auto.loop_rate == auto.loops / 4
 
     reason = capability.kv_dtype_unsupported_reason("fp8_e4m3", capability.probe_hardware())
