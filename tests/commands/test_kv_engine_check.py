@@ -22,8 +22,8 @@ from app.engine.reply.stream import first_loop
 from tests.support.loop_golden import DATA, label
 
 GREEDY, SEEDED = Sampling(0.0), Sampling(0.6, 1)
-# Repetition asked for outright: the embedded model writes the sentence over and over from its first tokens.
 ENGINE_CHECK_TOKENS = 64  # per request in the real check below
+# Repetition asked for outright: the embedded model writes the sentence over and over from its first tokens.
 LOOPING_PROMPT = ("Write the sentence \"The pens cost 21 dollars and the change is 29 dollars.\" "
                   "again and again, many times.")
 

@@ -25,7 +25,7 @@ from app.core.settings.settings import EngineConfig, SamplingConfig, Settings, c
 from app.engine.local.host import EngineHost
 from app.engine.machine.orphans import owner_tag, records_dir, same_process
 from tests.conftest import child_pids, end_processes, process_family, require_embedded_model, vllm_processes, x_server
-from tests.real.test_shutdown_real import CHATTER
+from tests.real.test_shutdown_real import chatter
 
 
 @pytest.mark.parametrize("kind", ["missing", "not a model", "broken config"])
@@ -246,8 +246,7 @@ def test_sigkill_mid_reply_on_a_second_branch_keeps_the_partial_and_the_next_sta
         app_log = (paths.log_dir() / "nalar.log").read_text()
         assert re.search(r"window closed; engine shut down in \d+\.\d s", app_log)
         second_output = (paths.log_dir().parent / "second-output.log").read_text(errors="replace")
-        chatter = [line for line in second_output.splitlines() if CHATTER.search(line)]
-        assert chatter == [], "a ready app's terminal shows library chatter or a traceback at its close"
+        assert chatter(second_output) == [], "a ready app's terminal shows library chatter or a traceback at its close"
         engine_log = (paths.log_dir() / "engine.log").read_text()
         assert "Why is the sky blue" not in app_log + engine_log, "prompts stay out of the logs"
     finally:

@@ -41,6 +41,11 @@ CHATTER = re.compile(r"Traceback|Exception ignored|nanobind|leaked|Warning:|Futu
 EXIT_LIMIT_S = 20  # a limit, not a speed claim: the engine used to hold the exit for 10-30 s, or for ever
 
 
+def chatter(terminal: str) -> list[str]:
+    """The lines of an app's terminal output that are not Nalar's own (CHATTER)."""
+    return [line for line in terminal.splitlines() if CHATTER.search(line)]
+
+
 def _poll(condition: Callable[[], object], timeout: float, what: str, output: Path | None = None) -> object:
     deadline = time.monotonic() + timeout
     while not (result := condition()):
@@ -163,8 +168,7 @@ def test_ending_the_app_at_each_point_of_the_engine_start_leaves_no_engine_proce
         _, left = psutil.wait_procs(left, timeout=5)  # SIGKILLed processes take a moment to go
         assert describe(left) == [], (f"{how} at {point} (engine process spawned: {engine_spawned}) left "
                                       f"processes running")
-        chatter = [line for line in _text(output).splitlines() if CHATTER.search(line)]
-        assert chatter == [], "the app's terminal shows library chatter or a traceback"
+        assert chatter(_text(output)) == [], "the app's terminal shows library chatter or a traceback"
     finally:
         stray = session_processes(app.pid)
         for proc in stray:
