@@ -73,6 +73,7 @@ def engine_arguments(plan: StartPlan, model: str, on_cpu: bool, kv_block_size: i
     kwargs["structured_outputs_config"] = StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True)
     if on_cpu:
         kwargs["kv_cache_memory_bytes"] = int(config.cpu_kv_cache_gib * (1 << 30))
+        kwargs["distributed_executor_backend"] = cpu_runtime.model_executor()
     else:
         kwargs["gpu_memory_utilization"] = config.gpu_memory_utilization
         kwargs["tensor_parallel_size"] = config.tensor_parallel_size
