@@ -54,19 +54,20 @@ def test_the_ranking_is_chosen_said_and_kept_for_the_window_too(tmp_path: Path) 
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "engine.md").write_text("Automobile engine overheating: the coolant level dropped.\n")
-    assert nalar("add", "notes", str(docs)).returncode == 0
-    bm25 = json.loads(nalar("search", "notes", "engine", "--json", "--ranking", "bm25").stdout)
-    assert (bm25["ranking"], bm25["embedder"], bm25["note"], len(bm25["passages"])) == ("bm25", None, None, 1)
     shown = nalar("embedder")
     assert shown.returncode == 0 and "Ranking: hybrid, BM25 + all-MiniLM-L6-v2 (installed package)" in shown.stdout
     bad = nalar("embedder", str(docs))
     assert bad.returncode == 2 and f"the embedding model folder {docs} has no config.json" in bad.stderr
     off = nalar("embedder", "off")
     assert off.returncode == 0 and "Ranking: BM25 — the embedding model is turned off" in off.stdout
+    assert nalar("add", "notes", str(docs)).returncode == 0  # nothing embedded: no child loads torch here
     assert json.loads(nalar("search", "notes", "engine", "--json").stdout)["ranking"] == "bm25"
     refused = nalar("search", "notes", "engine", "--ranking", "hybrid")
     assert refused.returncode == 2 and "--ranking hybrid needs an embedding model" in refused.stderr
     assert "Ranking: hybrid" in nalar("embedder", "auto").stdout
+    # the model is back: --ranking bm25 must still rank by BM25 alone (ignored, the search would embed the query)
+    bm25 = json.loads(nalar("search", "notes", "engine", "--json", "--ranking", "bm25").stdout)
+    assert (bm25["ranking"], bm25["embedder"], bm25["note"], len(bm25["passages"])) == ("bm25", None, None, 1)
 
 
 def test_each_error_names_its_cause_and_the_fix(tmp_path: Path) -> None:
