@@ -271,6 +271,37 @@ def test_the_library_shows_a_user_folders_verdict_with_the_hub_offline(qtbot, ma
     assert "last used never · fits" in shown(), shown()
 
 
+def test_the_hub_makes_its_library_on_the_gui_thread_and_a_read_lists_a_folder_added_since(
+        qtbot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: the hub made its ModelLibrary on first use, so a library read on a worker thread made one of its
+    own, loaded before Add folder saved, and kept it: the folder just added was missing from every later listing
+    (the offline-verdict test above timed out on it in make test, and under three busy loops one run in eight)."""
+    from PySide6.QtCore import QObject
+
+    from app.core.hub.library import ModelLibrary
+    from app.ui.model_browser.models_hub import ModelsHub
+
+    made_on: list[str] = []
+    real_init = ModelLibrary.__init__
+
+    def init(self, state_file: Path) -> None:  # type: ignore[no-untyped-def]
+        made_on.append(threading.current_thread().name)
+        real_init(self, state_file)
+
+    monkeypatch.setattr(ModelLibrary, "__init__", init)
+    hub = ModelsHub(queue_file=tmp_path / "queue.json", library_file=tmp_path / "library.json")
+    owner = QObject()
+    first = hub.entries(owner)
+    folder = sparse_model_folder(tmp_path / "mine", int(1.2e9))
+    hub.library.add_folder(folder)
+    qtbot.waitUntil(lambda: first.settled, timeout=10_000)
+    listed: list[list[str]] = []
+    second = hub.entries(owner).success(lambda entries: listed.append([e.model_id for e in entries]))
+    qtbot.waitUntil(lambda: second.settled, timeout=10_000)
+    assert made_on == [threading.main_thread().name]
+    assert listed == [[str(folder.resolve())]]
+
+
 def test_a_library_read_that_ends_after_a_later_one_is_dropped(qtbot, make_window, tmp_path) -> None:
     """Bug caught: opening the browser, its Library tab and Add folder each read the library on a thread of its
     own; a read that ended after a later one (a loaded machine) put back the older listing, and the folder just

@@ -108,7 +108,9 @@ class ModelsHub(QObject):
         self.feed = DownloadsFeed(self)
         self.cache = VerdictCache()
         self.machine: Machine | None = None
-        self._library: ModelLibrary | None = None
+        # Made here, on the GUI thread: made lazily, library reads on worker threads each made their own, and one
+        # made before Add folder saved, but kept after it, listed the library without the folder (make test, twice).
+        self.library = ModelLibrary(self.library_file)
         self._queue: DownloadQueue | None = None
         self.closed = False
 
@@ -118,12 +120,6 @@ class ModelsHub(QObject):
             assert not self.closed, "the window closed its download queue"
             self._queue = DownloadQueue(self.queue_file, on_change=self.feed.post)
         return self._queue
-
-    @property
-    def library(self) -> ModelLibrary:
-        if self._library is None:
-            self._library = ModelLibrary(self.library_file)
-        return self._library
 
     @property
     def queue_open(self) -> bool:
