@@ -48,8 +48,12 @@ class Watched:
 
 
 @pytest.fixture
-def tokenizer_calls(monkeypatch) -> list[tuple[str, int]]:
-    """("read" or the characters encoded, the thread) for every use of the tokenizer."""
+def tokenizer_calls(qtbot, monkeypatch) -> list[tuple[str, int]]:
+    """("read" or the characters encoded, the thread) for every use of the tokenizer. Counts still running from an
+    earlier test (a closed window's count ends on its worker, its result dropped) end first: one that stored its
+    counts after ``forget_counts`` made this file's first ask cheap, and the test failed on the worker's order."""
+    from app.ui.controllers.operations import runner
+
     calls: list[tuple[str, int]] = []
     read = token_count._tokenizer
 
@@ -57,9 +61,14 @@ def tokenizer_calls(monkeypatch) -> list[tuple[str, int]]:
         calls.append((threading.current_thread().name, -1))
         return Watched(read(path), calls)
 
+    def counts_ended() -> bool:
+        return all(op.wait(60) for op in list(runner().live) if op.what.startswith("Counting tokens"))
+
+    assert counts_ended(), "an earlier test's token count is still running"
     token_count.forget_counts()
     monkeypatch.setattr(token_count, "_tokenizer", watched_read)
     yield calls
+    assert counts_ended(), "this test's token count is still running"
     token_count.forget_counts()
 
 
