@@ -47,6 +47,9 @@ run: system-run setup
 # runs dry takes queued tests from the other): 173 s against 181 s with xdist's fixed split (one after the other).
 TEST_WORKERS ?= 2
 REAL_WORKERS ?= 3
+# The second part runs the real engine and the real models outside it (transformers: the KV check's model, the
+# embedding model); the fast part runs everything else, doubles, real tokenizers, servers and files included.
+REAL_TESTS := real_engine or real_model
 PYTEST := QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
 # `make test` also writes its counts and times to $(RESULTS)/suite.json (packaging/figures.py reads pytest's
@@ -55,10 +58,10 @@ RESULTS ?= build/results
 test: setup-test
 	@mkdir -p $(RESULTS); fast=0; slow=0; setup_s=$$(( $$(date +%s) - $(MAKE_START) )); \
 	echo "nalar: set-up done in $${setup_s} s; the fast tests ($(TEST_WORKERS) workers)…"; \
-	$(PYTEST) -m "not real_engine" -n $(TEST_WORKERS) --dist worksteal --junit-xml=$(RESULTS)/fast.xml $(PYTEST_ARGS) \
+	$(PYTEST) -m "not ($(REAL_TESTS))" -n $(TEST_WORKERS) --dist worksteal --junit-xml=$(RESULTS)/fast.xml $(PYTEST_ARGS) \
 	  || fast=$$?; \
 	echo "nalar: the real-engine tests ($(REAL_WORKERS) workers, a file per worker)…"; \
-	$(PYTEST) -m real_engine -n $(REAL_WORKERS) --dist loadgroup --junit-xml=$(RESULTS)/real.xml $(PYTEST_ARGS) \
+	$(PYTEST) -m "$(REAL_TESTS)" -n $(REAL_WORKERS) --dist loadgroup --junit-xml=$(RESULTS)/real.xml $(PYTEST_ARGS) \
 	  || slow=$$?; \
 	$(PY) packaging/figures.py --suite-from-junit $(RESULTS)/fast.xml $(RESULTS)/real.xml --setup-s $$setup_s \
 	  --total-s $$(( $$(date +%s) - $(MAKE_START) )) --fast-workers $(TEST_WORKERS) --real-workers $(REAL_WORKERS) \
@@ -72,7 +75,7 @@ figures:
 
 # The fast tests alone (a few minutes).
 test-fast: setup-test
-	$(PYTEST) -m "not real_engine" -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PYTEST) -m "not ($(REAL_TESTS))" -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m app bench engine

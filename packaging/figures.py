@@ -146,15 +146,15 @@ def render_suite(r: Results) -> str:
     return (f"Last measured ({s['date']}, main at {s['main_at']}, on a {s['machine']}): `make test` took "
             f"**{minutes(s['total_s'])}** in all: set-up about {minutes(s['setup_s'])}, the fast part "
             f"{part_tests(fast):,} tests in {duration(fast['seconds'])} ({fast['workers']} workers), the "
-            f"real-engine part {part_tests(real):,} tests in {duration(real['seconds'])} "
+            f"real-engine part (real models too) {part_tests(real):,} tests in {duration(real['seconds'])} "
             f"({real['workers']} workers).\n")
 
 
 def render_suite_table(r: Results) -> str:
     s = r("suite")
     rows = [[name, part_outcome(part), str(part["workers"]), duration(part["seconds"])]
-            for name, part in (("fast (`-m \"not real_engine\"`)", s["fast"]),
-                               ("real engine (`-m real_engine`)", s["real_engine"]))]
+            for name, part in (("fast (`-m \"not (real_engine or real_model)\"`)", s["fast"]),
+                               ("real engine and models (`-m \"real_engine or real_model\"`)", s["real_engine"]))]
     rows.append(["set-up (`make setup-test`)", "", "", duration(s["setup_s"])])
     rows.append(["**`make test` in all**", "", "", f"**{duration(s['total_s'])}**"])
     return table(["part", "tests", "workers", "time"], rows, "llrr") + \

@@ -12,6 +12,7 @@ from app.commands.knowledge import knowledge_bench
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.real_model  # embeds its corpus with the real all-MiniLM-L6-v2
 def test_the_bench_indexes_its_corpus_and_its_report_renders(monkeypatch: pytest.MonkeyPatch) -> None:
     """Catches a bench whose corpus isn't indexed (PDFs all skipped: a figure timing nothing), a no-change sync
     that reads files again, embedding figures that time fewer passages than the index holds or BM25 queries

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -17,6 +19,7 @@ def nalar(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120)
 
 
+@pytest.mark.real_model  # two of its children embed with the real all-MiniLM-L6-v2
 def test_add_search_sync_list_rm_from_a_terminal(tmp_path: Path) -> None:
     """Catches a command that indexes nothing, a --json that is not JSON or lacks the path, place and score a
     script needs, a sync that misses an edit, and rm leaving the collection listed."""

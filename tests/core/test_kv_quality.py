@@ -119,6 +119,7 @@ def embedded_report() -> QualityReport:
     return run_quality_check(require_embedded_model(), prompts=REASONING_PROMPTS[:2])
 
 
+@pytest.mark.real_model  # the embedded model in transformers, its continuations and three KV roundings
 def test_check_reproduces_the_reference_order_on_the_embedded_model(embedded_report: QualityReport) -> None:
     e4m3 = embedded_report.result("fp8_e4m3", "1.0")
     e5m2 = embedded_report.result("fp8_e5m2", "1.0")
@@ -267,6 +268,7 @@ def test_a_sharded_models_index_names_the_scales_file(tmp_path: Path) -> None:
     assert read_calibrated_scales(out) == LayerScales("fp8_e4m3", (0.5,), (0.25,))
 
 
+@pytest.mark.real_model  # cancelled while the child generates with the embedded model in transformers
 def test_cancel_stops_a_running_check_promptly() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "app", "kv-check", "--progress-jsonl"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)

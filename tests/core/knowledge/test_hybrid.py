@@ -23,6 +23,8 @@ from app.core.knowledge.store import KnowledgeStore
 from app.core.knowledge.sync import SyncProgress, sync_collection
 from tests.core.knowledge.corpus import sync_killed_at
 
+pytestmark = pytest.mark.real_model  # the real all-MiniLM-L6-v2, loaded in this process
+
 ANSWER = ("Automobile engine overheating: when the coolant level drops, the radiator fan fails or the thermostat "
           "sticks shut, the motor's temperature climbs past normal and the gauge needle rises into the red.")
 DISTRACTORS = [
