@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import socketserver
-import subprocess
 import sys
 import threading
 import time
@@ -27,6 +24,7 @@ from app.core.settings.settings import (
 )
 from app.tools.mcp_client import McpToolbox, ToolInfo
 from tests.support import MCP_DEMO_SERVER
+from tests.support.mcp_demo import http_demo_server
 
 DEMO = MCP_DEMO_SERVER
 DEMO_SERVER = ToolServer(name="demo", command=sys.executable, args=(DEMO,))
@@ -121,32 +119,6 @@ def test_removing_a_server_ends_its_process() -> None:
         assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
     finally:
         box.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def http_demo_server() -> Iterator[int]:
-    """The demo MCP server over streamable HTTP on 127.0.0.1, as a real child process; yields its port."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, DEMO, "http", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, "the HTTP demo server exited"
-            time.sleep(0.2)  # ok-sleep: polling a port of a process we started
-        yield port
-    finally:
-        server.kill()
-        server.wait(10)
 
 
 def test_streamable_http_on_loopback() -> None:

@@ -1,11 +1,12 @@
 """The tool loop without a window: ChatSession + ToolLoop on the ToolCallingScriptedDouble and a real MCP
-server over stdio (tests/support/mcp_demo_server.py)."""
+server (tests/support/mcp_demo_server.py), one for the file over streamable HTTP: its stdio start, 1 s of CPU
+importing the MCP SDK, was most of each test's time. Its stdio transport is tested in tests/tools/ and
+tests/ui/test_window_tools.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -21,21 +22,25 @@ from app.ui.controllers.chat_session import ChatSession
 from app.ui.controllers.engine_controller import EngineController
 from app.ui.controllers.tool_loop import CANCELLED_TEXT, MAX_CALLS_PER_ROUND, MAX_TOOL_ROUNDS, REFUSED
 from app.ui.controllers.tools_controller import ToolsController
-from tests.support import MCP_DEMO_SERVER
+from tests.support.mcp_demo import http_demo_server
 from tests.support.tool_double import CallScript, ToolCallingScriptedDouble
 
-DEMO = ToolServer(name="demo", command=sys.executable, args=(MCP_DEMO_SERVER,))
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[ToolServer]:
+    with http_demo_server() as port:
+        yield ToolServer(name="demo", url=f"http://127.0.0.1:{port}/mcp")
 
 
 @pytest.fixture
-def make_session(qtbot, ui_loop) -> Iterator[object]:
+def make_session(qtbot, ui_loop, demo: ToolServer) -> Iterator[object]:
     """A started session with the demo server connected and the chat's Tools switch on."""
     made: list[tuple[ChatSession, EngineController, ToolsController]] = []
 
     def factory(*scripts: Script | CallScript, tools: ToolsConfig | None = None) -> ChatSession:
         settings = Settings(engine=EngineConfig(max_model_len=2048),
                             sampling=SamplingConfig(think_budget=64, max_tokens=64),
-                            tools=tools or ToolsConfig(servers=(DEMO,), call_timeout_s=2))
+                            tools=tools or ToolsConfig(servers=(demo,), call_timeout_s=2))
         controller = EngineController(ToolCallingScriptedDouble(list(scripts)), settings, KeyStore())
         tools_controller = ToolsController()
         session = ChatSession(controller, HistoryStore(), tools=tools_controller)
@@ -176,10 +181,10 @@ def test_stop_regenerate_and_answer_now_during_a_call(qtbot, make_session) -> No
     assert blocker.args[0].reason == "stop"
 
 
-def test_a_call_to_a_tool_not_offered_is_answered_without_running(qtbot, make_session) -> None:
+def test_a_call_to_a_tool_not_offered_is_answered_without_running(qtbot, make_session, demo: ToolServer) -> None:
     """Bug caught: a model naming a tool that is switched off getting it run anyway (the switch must hold)."""
     session = make_session(CallScript("x", [("add", '{"a": 1, "b": 1}')]), Script(["fine"]),
-                           tools=ToolsConfig(servers=(DEMO,), disabled=("demo/add",)))
+                           tools=ToolsConfig(servers=(demo,), disabled=("demo/add",)))
     ask(qtbot, session, "q")
     qtbot.waitUntil(lambda: session.conversation.turns[-1].finish_reason == "stop", timeout=20_000)
     [step] = session.conversation.turns[-1].tool_rounds[0].calls
@@ -187,7 +192,7 @@ def test_a_call_to_a_tool_not_offered_is_answered_without_running(qtbot, make_se
     assert "add" not in {t["function"]["name"] for t in engine(session).tool_requests[0]["tools"]}
 
 
-def test_tools_off_sends_no_tools(qtbot, make_session) -> None:
+def test_tools_off_sends_no_tools(qtbot, make_session, demo: ToolServer) -> None:
     """Bug caught: tools offered to the model in a chat whose Tools switch is off."""
     session = make_session(Script(["plain"]))
     session.store.set_switches(tools=False)
@@ -200,7 +205,8 @@ def test_tools_off_sends_no_tools(qtbot, make_session) -> None:
 
 # ---- Nalar's bounds: whatever the backend sends (issue 39, items 1 and 2) ---------------------------
 
-ALWAYS_ADD = ToolsConfig(servers=(DEMO,), call_timeout_s=60, always_allow=("demo/add",))
+def always_add(demo: ToolServer) -> ToolsConfig:
+    return ToolsConfig(servers=(demo,), call_timeout_s=60, always_allow=("demo/add",))
 
 
 def notices(session: ChatSession) -> list[str]:
@@ -209,11 +215,12 @@ def notices(session: ChatSession) -> list[str]:
     return said
 
 
-def test_a_backend_that_keeps_calling_an_always_tool_stops_at_nalars_round_cap(qtbot, make_session) -> None:
+def test_a_backend_that_keeps_calling_an_always_tool_stops_at_nalars_round_cap(qtbot, make_session,
+                                                                               demo: ToolServer) -> None:
     """Bug caught: only the model was asked to stop calling (tool_choice "none" after the last round); a
     backend that ignores it got 20 rounds and 20 runs of an "Always" tool nobody approved."""
     session = make_session(*[CallScript(f"round {n}", [("add", '{"a": 1, "b": 1}')]) for n in range(20)],
-                           tools=ALWAYS_ADD)
+                           tools=always_add(demo))
     said = notices(session)
     with qtbot.waitSignal(session.reply_finished, timeout=60_000):
         asyncio.ensure_future(session.send("keep adding"))
@@ -232,12 +239,13 @@ def test_a_backend_that_keeps_calling_an_always_tool_stops_at_nalars_round_cap(q
 
 
 @pytest.mark.parametrize("allowed", ["tool_choice none", "no tools offered"])
-def test_calls_sent_for_a_request_that_allowed_none_never_run(qtbot, make_session, allowed: str) -> None:
+def test_calls_sent_for_a_request_that_allowed_none_never_run(qtbot, make_session, allowed: str,
+                                                              demo: ToolServer) -> None:
     """Bug caught: every Finished(reason="tool_calls") began a round: calls from a backend that ignores
     tool_choice "none" ran (an "Always" tool unasked), and with the Tools switch off each answer drew
     another request, for ever."""
     session = make_session(CallScript("call anyway", [("add", '{"a": 2, "b": 2}')]), Script(["never asked"]),
-                           tools=ALWAYS_ADD)
+                           tools=always_add(demo))
     if allowed == "tool_choice none":
         session.tool_choice = "none"
     else:
@@ -251,10 +259,10 @@ def test_calls_sent_for_a_request_that_allowed_none_never_run(qtbot, make_sessio
     assert said and "did not run" in said[-1]
 
 
-def test_more_calls_in_one_round_than_the_cap_run_only_up_to_it(qtbot, make_session) -> None:
+def test_more_calls_in_one_round_than_the_cap_run_only_up_to_it(qtbot, make_session, demo: ToolServer) -> None:
     """Bug caught: one reply could queue any number of runs of an "Always" tool in a single round."""
     calls = [("add", f'{{"a": {n}, "b": 1}}') for n in range(MAX_CALLS_PER_ROUND + 2)]
-    session = make_session(CallScript("many", calls), Script(["done"]), tools=ALWAYS_ADD)
+    session = make_session(CallScript("many", calls), Script(["done"]), tools=always_add(demo))
     said = notices(session)
     with qtbot.waitSignal(session.reply_finished, timeout=30_000):
         asyncio.ensure_future(session.send("add them all"))
@@ -278,10 +286,11 @@ def approve_both_duplicates(qtbot, session: ChatSession) -> list[ToolStep]:
 DUPLICATES = CallScript("two waits", [("slow", '{"seconds": 600}'), ("slow", '{"seconds": 600}')], ids=["dup", "dup"])
 
 
-def test_duplicate_call_ids_get_fresh_ones_and_answer_now_ends_every_call(qtbot, make_session) -> None:
+def test_duplicate_call_ids_get_fresh_ones_and_answer_now_ends_every_call(qtbot, make_session,
+                                                                          demo: ToolServer) -> None:
     """Bug caught: running calls were kept by the server's call id, so with two calls sharing one, Answer now
     cancelled one and left the other "running" for ever: the round never ended."""
-    session = make_session(DUPLICATES, Script(["answered"]), tools=ToolsConfig(servers=(DEMO,), call_timeout_s=60))
+    session = make_session(DUPLICATES, Script(["answered"]), tools=ToolsConfig(servers=(demo,), call_timeout_s=60))
     steps = approve_both_duplicates(qtbot, session)
     assert steps[0].call_id == "dup" and steps[1].call_id not in ("dup", ""), "fresh id before it is stored"
     with qtbot.waitSignal(session.reply_finished, timeout=20_000):
@@ -294,10 +303,10 @@ def test_duplicate_call_ids_get_fresh_ones_and_answer_now_ends_every_call(qtbot,
 
 
 def test_duplicate_call_ids_with_stop_cancel_every_call_and_history_says_so(qtbot, make_session,
-                                                                            monkeypatch) -> None:
+                                                                            monkeypatch, demo: ToolServer) -> None:
     """Bug caught: with two calls sharing an id, Stop cancelled only one; the other ran on to its end while
     the history said it did not run."""
-    session = make_session(DUPLICATES, tools=ToolsConfig(servers=(DEMO,), call_timeout_s=60))
+    session = make_session(DUPLICATES, tools=ToolsConfig(servers=(demo,), call_timeout_s=60))
     calls: list[asyncio.Task[object]] = []
     real_call = session.tools.call
 
