@@ -26,6 +26,8 @@ on them directly. The adapter's Harmony prompt call, written for vLLM 0.30, is b
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
@@ -73,6 +75,14 @@ NEEDS_REAL_TOKENIZER = {
 REAL_TOKENIZERS = {"gpt-oss": gpt_oss_tokenizer}
 
 
+@functools.cache
+def _embedded_tokenizer() -> Any:
+    """Read once a process (a second each time, seven families)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(EMBEDDED_TOKENIZER)
+
+
 def standin_config(repo: str) -> dict[str, Any]:
     return next((config for key, config in STANDIN_CONFIGS.items() if key in repo), {"model_type": "llama"})
 
@@ -83,9 +93,8 @@ class StandinTokenizers:
 
     def __init__(self, root: Path, family: Family) -> None:
         from tokenizers import AddedToken
-        from transformers import AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(EMBEDDED_TOKENIZER)
+        tok = copy.deepcopy(_embedded_tokenizer())  # a copy: the family's words are added to it
         words = [*family.markers, *(stop for ref in family.reference_models for stop in ref.stop_tokens)]
         tok.add_tokens([AddedToken(word, special=False, normalized=False) for word in dict.fromkeys(words)])
         self.folder = root / family.slug
