@@ -9,7 +9,8 @@ from __future__ import annotations
 from tests.support.tool_double import CallScript
 from tests.ui import test_tool_loop as tool_loop_tests
 
-make_session = tool_loop_tests.make_session  # the fixture, shared rather than copied
+make_session = tool_loop_tests.make_session  # the fixtures, shared rather than copied
+demo = tool_loop_tests.demo
 
 
 def test_always_for_one_tool_runs_its_waiting_calls_but_not_another_tools(qtbot, make_session) -> None:
