@@ -199,13 +199,14 @@ def test_an_oversized_authorization_header_keeps_the_token_out_of_the_log(api: S
 
 def test_unauthenticated_noise_is_logged_once_per_client(api: ScriptedApi, caplog) -> None:
     caplog.set_level(logging.DEBUG)
-    for _ in range(20):
-        httpx.post(api.url + "/chat/completions", json=BODY, timeout=30)
-        httpx.post(api.url + "/chat/completions", headers={"Authorization": "Bearer " + "y" * 9_000}, timeout=30)
-        httpx.post(api.url + "/chat/completions", headers={"Host": "evil.example"}, timeout=30)
-        with api.connect() as sock:
-            sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-            read_until_closed(sock)
+    with httpx.Client(timeout=30) as client:  # one client: each httpx.post built one (and its TLS context, 36 ms)
+        for _ in range(20):
+            client.post(api.url + "/chat/completions", json=BODY)
+            client.post(api.url + "/chat/completions", headers={"Authorization": "Bearer " + "y" * 9_000})
+            client.post(api.url + "/chat/completions", headers={"Host": "evil.example"})
+            with api.connect() as sock:
+                sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+                read_until_closed(sock)
     records = [r for r in caplog.records if r.name.startswith(("app", "aiohttp"))]
     assert not [r for r in records if r.levelno >= logging.ERROR or r.exc_info]
     warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
