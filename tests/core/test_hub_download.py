@@ -59,7 +59,7 @@ def test_progress_cancel_mid_file_and_resume_after_restart(hub: LocalHub, monkey
     def cancel_mid_weights(progress: DownloadProgress) -> None:
         seen.append(progress)
         seen_at.append(time.monotonic())
-        if progress.filename == "model.safetensors" and progress.done_bytes > 60e6:
+        if progress.filename == "model.safetensors" and progress.done_bytes > 30e6:
             first.cancel()
 
     first.on_progress = cancel_mid_weights
@@ -75,7 +75,7 @@ def test_progress_cancel_mid_file_and_resume_after_restart(hub: LocalHub, monkey
     total = sum(p.stat().st_size for p in require_embedded_model().iterdir())
     assert {p.total_bytes for p in seen} == {total}
     done = [p.done_bytes for p in seen]
-    assert done == sorted(done) and 60e6 < done[-1] < total
+    assert done == sorted(done) and 30e6 < done[-1] < total
     moving = [p for p in seen if p.bytes_per_s > 0]
     assert moving and all(p.eta_s is not None and p.eta_s > 0 for p in moving)
     # The speed is measured, whatever the load: at most the server's 25 MB/s throttle (with slack), at least
@@ -87,7 +87,7 @@ def test_progress_cancel_mid_file_and_resume_after_restart(hub: LocalHub, monkey
     assert "MB/s" in describe(moving[-1]) and "left" in describe(moving[-1])
     partial = next((target / PARTIAL_DIR).glob("model.safetensors.*.incomplete"))
     kept = partial.stat().st_size
-    assert 60e6 < kept < size
+    assert 30e6 < kept < size
     assert not is_complete(target)
     assert partial_bytes(REPO) >= kept
 
