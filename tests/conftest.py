@@ -383,14 +383,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os._exit(_EXIT_STATUS[-1])
 
 
-# The real-engine files that take longest (2026-12-05, make test's junit times at 2ee10fe), longest first. On xdist
-# workers a file (or a group of files sharing an engine, below) is the unit of work, handed out in collection order:
-# a long one handed out last keeps one worker busy while the others idle. A stale list only costs balance.
-LONGEST_FILES_FIRST = ("test_faults_real.py", "test_engine_process_real.py", "test_saturation_bench.py",
-                       "test_kv_engine_check.py", "test_remote_real.py", "test_fp8_bench.py", "test_measure_dialog.py",
-                       "test_window_real.py", "test_images_real.py", "test_tools_real.py", "test_kv_quality.py",
-                       "test_shutdown_real.py", "test_compare_real.py", "test_desktop_launcher.py",
-                       "test_cpu_first_run_real.py", "test_start_failures_real.py")
+# The real-engine files that take longest (2026-12-05, junit times of the real-engine part with the model inside
+# EngineCore, at 21aca5b; the real_model files' from the fast part), longest first. On xdist workers a file (or a
+# group of files sharing an engine, below) is the unit of work, handed out in collection order: a long one handed out
+# last keeps one worker busy while the others idle. A stale list only costs balance.
+LONGEST_FILES_FIRST = ("test_engine_process_real.py", "test_faults_real.py", "test_saturation_bench.py",
+                       "test_remote_real.py", "test_kv_quality.py", "test_measure_dialog.py", "test_shutdown_real.py",
+                       "test_kv_engine_check.py", "test_window_real.py", "test_fp8_bench.py", "test_tools_real.py",
+                       "test_images_real.py", "test_desktop_launcher.py", "test_compare_real.py",
+                       "test_cpu_first_run_real.py", "test_hybrid.py", "test_knowledge_cli.py",
+                       "test_start_failures_real.py")
 # Session engines, one per worker that asks: the files whose tests use one run on one worker, so each engine
 # starts once a suite, not once per worker. `make test` runs the real-engine part with --dist loadgroup, which
 # here means these groups (xdist's own loadgroup reads marks it can't attach under pytest 9.2). The groups go
