@@ -7,6 +7,7 @@ import gc
 import os
 import select
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -350,7 +351,7 @@ def end_processes(marks: list[tuple[int, float]], grace_s: float = 10.0) -> list
 
 
 _EXIT_STATUS: list[int] = []
-_MODULES_FROZEN = [0]  # len(sys.modules) at the last freeze
+_modules_at_freeze = 0  # len(sys.modules) at the last gc.freeze
 
 
 @pytest.hookimpl(trylast=True)
@@ -358,12 +359,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """After a test that imported much (vLLM, torch, transformers, Qt: hundreds of modules), what is alive moves out
     of the collector's reach, as vLLM does after its own start: the full collections then skip those millions of
     objects. Measured on the fast part: 43 full collections of about 150 ms each on one worker, 14 s of CPU in all."""
-    import sys
-
-    if len(sys.modules) - _MODULES_FROZEN[0] > 200:
+    global _modules_at_freeze
+    if len(sys.modules) - _modules_at_freeze > 200:
         gc.collect()
         gc.freeze()
-        _MODULES_FROZEN[0] = len(sys.modules)
+        _modules_at_freeze = len(sys.modules)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -374,8 +374,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Last, after the summary: with vLLM imported in this process, leave without the interpreter's teardown,
     which only prints triton's nanobind leak report (about 30 lines) under the summary."""
-    import sys
-
     worker = hasattr(config, "workerinput")  # an xdist worker still has its channel to close
     if _EXIT_STATUS and not worker and ("triton" in sys.modules or "vllm" in sys.modules):
         sys.stdout.flush()

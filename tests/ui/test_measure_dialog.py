@@ -19,6 +19,7 @@ from app.core.settings import paths
 from app.core.settings.settings import ApiServerConfig, EngineConfig, Settings, load_settings
 from app.ui.dialogs.measure_dialog import JobPanel, MeasureDialog, app_command
 from tests.conftest import require_embedded_model
+from tests.support.vllm_server import free_port
 
 QUALITY = {"model": "m", "prompts": 3, "tokens_per_prompt": 128, "seconds": 12.5, "calibrated_from": None,
            "results": [{"kv_dtype": "fp8_e4m3", "scales": "1.0", "top1_agreement": 0.982, "mean_kl": 0.008,
@@ -220,14 +221,6 @@ def bench_report(tmp_path: Path) -> dict[str, Any]:
               "comparison": {}, "json": str(tmp_path / "fp8.json")}
     report["png"] = str(render_fp8_plot(Fp8Report.from_dict(report), tmp_path / "fp8.png"))
     return report
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_benchmark_stops_the_chat_engine_and_starts_it_again(qtbot, make_window, tmp_path) -> None:

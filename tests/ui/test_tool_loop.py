@@ -192,7 +192,7 @@ def test_a_call_to_a_tool_not_offered_is_answered_without_running(qtbot, make_se
     assert "add" not in {t["function"]["name"] for t in engine(session).tool_requests[0]["tools"]}
 
 
-def test_tools_off_sends_no_tools(qtbot, make_session, demo: ToolServer) -> None:
+def test_tools_off_sends_no_tools(qtbot, make_session) -> None:
     """Bug caught: tools offered to the model in a chat whose Tools switch is off."""
     session = make_session(Script(["plain"]))
     session.store.set_switches(tools=False)
