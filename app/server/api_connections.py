@@ -61,13 +61,15 @@ class ConnectionGuard:
 
     def __init__(self, *, max_connections: int = MAX_CONNECTIONS, max_unauthenticated: int = MAX_UNAUTHENTICATED,
                  first_bytes_s: float = FIRST_BYTES_S, header_read_s: float = HEADER_READ_S,
-                 body_read_s: float = BODY_READ_S, keepalive_s: float = KEEPALIVE_S) -> None:
+                 body_read_s: float = BODY_READ_S, keepalive_s: float = KEEPALIVE_S,
+                 linger_s: float = LINGER_S) -> None:
         self.max_connections = max_connections
         self.max_unauthenticated = max(1, max_unauthenticated)
         self.first_bytes_s = first_bytes_s
         self.header_read_s = header_read_s
         self.body_read_s = body_read_s
         self.keepalive_s = keepalive_s
+        self.linger_s = linger_s
         self.unauthenticated: dict[GuardedRequestHandler, None] = {}  # open, not yet past the token: oldest first
         self.authenticated = 0  # open connections that sent the token
         self.quiet = QuietLog()

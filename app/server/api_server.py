@@ -30,7 +30,6 @@ from aiohttp.web_exceptions import HTTPException
 from app.core.settings.settings import SamplingConfig
 from app.engine.base import EngineBase
 from app.server.api_connections import (
-    LINGER_S,
     ConnectionGuard,
     GuardedRequestHandler,
     error_response,
@@ -97,7 +96,7 @@ class LocalApiServer:
             "access_log": None,  # request lines stay out of the logs
             # After a refusal, the rest of an unread body is drained this long before the connection closes
             # (aiohttp's default, 10 s, kept a stalled client's place under the connection cap that long).
-            "lingering_time": LINGER_S,
+            "lingering_time": self.guard.linger_s,
         }
         try:
             self._listener = await asyncio.get_running_loop().create_server(
@@ -177,9 +176,12 @@ class LocalApiServer:
         if request.headers.get("Content-Encoding", "identity").lower() != "identity":
             raise ApiError(400, "Compressed request bodies are not accepted: send the JSON uncompressed.",
                            code="unsupported_content_encoding")
+        # asyncio.timeout, not wait_for: on Python 3.11, wait_for returns a read that ends just as the client leaves
+        # and drops the handler's cancel, so the reply was generated on for nobody until its first write.
         try:
-            raw = await asyncio.wait_for(request.read(), self.guard.body_read_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.guard.body_read_s):
+                raw = await request.read()
+        except TimeoutError:
             raise ApiError(408, f"The request body did not arrive within {self.guard.body_read_s:g} s.",
                            code="body_timeout") from None
         return parse_json(raw, request.charset)

@@ -3,18 +3,24 @@ the token, the bound socket, the Host check, connection limits and timeouts, and
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import json
 import logging
 import time
 import zlib
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
 import psutil
 import pytest
 
+from app.core.settings.keystore import new_token
+from app.engine.scripted import ScriptedEngineDouble
 from app.server.api_connections import ConnectionGuard
+from app.server.api_server import LocalApiServer
 from tests.support.scripted_api import ScriptedApi, read_until_closed, scripted_api
 
 BODY = {"messages": [{"role": "user", "content": "hi"}]}
@@ -159,14 +165,55 @@ def test_a_connection_that_sends_no_whole_request_is_closed(sent: bytes) -> None
 
 
 def test_a_body_that_stops_half_way_gets_a_408() -> None:
-    """A client with the token that sends half its body held its handler forever."""
-    with scripted_api(guard=ConnectionGuard(body_read_s=0.5)) as api:
+    """A client with the token that sends half its body held its handler forever. (The connection then closes
+    once the rest of the body has been drained for linger_s: 2 s by default, not this test's subject.)"""
+    with scripted_api(guard=ConnectionGuard(body_read_s=0.5, linger_s=0.2)) as api:
         sock = api.connect()
         sock.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {api.token}"
                      f"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{\"messages\": ".encode())
         reply = read_until_closed(sock)
         sock.close()
         assert reply.startswith(b"HTTP/1.1 408") and b'"code": "body_timeout"' in reply
+
+
+class LeavingRequest:
+    """The body of a client whose connection closes just as its last bytes arrive: aiohttp then cancels the
+    handler (handler_cancellation) while the read is ending."""
+
+    headers: dict[str, str] = {}
+    charset = None
+
+    def __init__(self) -> None:
+        self.handler: asyncio.Task[Any] | None = None
+
+    async def read(self) -> bytes:
+        assert self.handler is not None
+        self.handler.cancel()
+        return json.dumps(BODY).encode()
+
+
+def test_a_client_that_leaves_as_its_body_arrives_still_ends_the_handler() -> None:
+    """Bug caught: the body was read under asyncio.wait_for, which on Python 3.11 returns a read that ended as
+    the handler was cancelled and drops the cancel: the reply went on for nobody until its first write (a
+    slow first token held the server's stop that long)."""
+    engine = ScriptedEngineDouble()
+    server = LocalApiServer(engine, new_token(), port=0)
+    request = LeavingRequest()
+
+    async def handler() -> Any:
+        body = await server._read_json(request)  # type: ignore[arg-type]  # noqa: SLF001
+        await asyncio.sleep(0)  # the handler's next wait, where the cancel must land
+        return body
+
+    async def run() -> None:
+        request.handler = asyncio.create_task(handler())
+        with pytest.raises(asyncio.CancelledError):
+            await request.handler
+
+    try:
+        asyncio.run(run())
+    finally:
+        engine.close()
 
 
 def test_connections_over_the_cap_get_a_json_503_and_the_rest_still_work() -> None:
