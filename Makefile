@@ -20,7 +20,13 @@ $(VENV)/.setup-test: pyproject.toml packaging/setup_venv.sh
 	@touch $@ $(VENV)/.setup-app
 
 setup: $(VENV)/.setup-app model
-setup-test: system-test $(VENV)/.setup-test model
+setup-test: system-test $(VENV)/.setup-test model $(VENV)/.tests-compiled
+
+# The tests' rewritten asserts, cached once for every pytest process that follows (packaging/compile_tests.sh);
+# again only when a test file changes.
+$(VENV)/.tests-compiled: $(VENV)/.setup-test $(shell find tests -name '*.py')
+	@$(STEP) "the tests' asserts, rewritten once for every test process" packaging/compile_tests.sh
+	@touch $@
 
 # The Debian/Ubuntu packages: Qt's platform libraries for `make run`, those plus the tests' desktop tools
 # (Xvfb, openbox, wmctrl, xdotool, rsync, ...) for `make test`. Installed as root or with `sudo -n`; otherwise
