@@ -211,7 +211,7 @@ def test_a_client_that_leaves_as_its_body_arrives_still_ends_the_handler() -> No
             await request.handler
 
     try:
-        asyncio.run(run())
+        engine.loop_thread.submit(run()).result(10)  # the server's own loop, as aiohttp's handlers run on it
     finally:
         engine.close()
 
