@@ -157,7 +157,7 @@ def test_loopback_mcp_traffic_never_goes_through_the_users_proxy(monkeypatch: py
     """Bug caught: the SDK's HTTP client read HTTP_PROXY (trust_env), so a tool's arguments and results bound
     for a server on 127.0.0.1 went to the user's proxy instead."""
     proxy = ProxyCatcher()
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    threading.Thread(target=proxy.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}"
     for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.setenv(name, proxy_url)

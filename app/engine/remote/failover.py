@@ -220,10 +220,10 @@ class FailoverEngine(EngineBase):
         held: list[EngineEvent] = []
         try:
             while True:
-                try:
-                    wait = None if deadline is None else max(0.0, deadline - loop.time())
-                    item = await asyncio.wait_for(relay.queue.get(), wait)
-                except asyncio.TimeoutError:
+                try:  # not wait_for, which on Python 3.11 drops a cancel that comes just as an item does
+                    async with asyncio.timeout_at(deadline):
+                        item = await relay.queue.get()
+                except TimeoutError:
                     if rid in self._aborted:  # the user stopped it: let the primary end it, no fallback
                         await on_engine(self.primary.loop_thread, self.primary.abort(rid))
                         deadline = None
