@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import AsyncGenerator, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from openai import OpenAI
@@ -44,6 +44,7 @@ class ScriptedApi:
     server: LocalApiServer
     engine: WatchedEngine
     token: str
+    clients: list[OpenAI] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -54,8 +55,11 @@ class ScriptedApi:
         return {"Authorization": f"Bearer {self.token}"}
 
     def client(self, **options: Any) -> OpenAI:
-        """The official client with its defaults (two retries) unless told otherwise."""
-        return OpenAI(base_url=self.url, api_key=options.pop("api_key", self.token), timeout=30, **options)
+        """The official client with its defaults (two retries) unless told otherwise; closed before the server
+        stops (a connection still open after a refusal held the stop for the server's whole linger, 2 s)."""
+        client = OpenAI(base_url=self.url, api_key=options.pop("api_key", self.token), timeout=30, **options)
+        self.clients.append(client)
+        return client
 
     def connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.server.port), timeout=30)
@@ -72,9 +76,12 @@ def scripted_api(scripts: Sequence[Script] = (), guard: ConnectionGuard | None =
         server = LocalApiServer(engine, token, port=0, sampling=SamplingConfig(think_budget=64, max_tokens=64),
                                 guard=guard)
         engine.loop_thread.submit(server.start()).result(30)
+        api = ScriptedApi(server, engine, token)
         try:
-            yield ScriptedApi(server, engine, token)
+            yield api
         finally:
+            for client in api.clients:
+                client.close()
             engine.loop_thread.submit(server.stop()).result(30)
     finally:
         engine.close()
