@@ -178,8 +178,8 @@ class LocalHub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        # Polled every 20 ms, not socketserver's 0.5 s: shutdown() waits for the next poll, and 40-odd tests
-        # each waited half a second for it.
+        # Polled every 20 ms, not socketserver's 0.5 s: shutdown() waits for the next poll, so every test that
+        # started a hub waited half a second for it.
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
                                        name="local-hub", daemon=True)
 
