@@ -215,8 +215,7 @@ class FailoverEngine(EngineBase):
         """The primary's events; a str instead means: it couldn't serve, for this reason."""
         relay = _Relay(self.primary, messages, sampling, rid, ignore_eos, **offer)
         self._live[rid] = self.primary
-        loop = asyncio.get_running_loop()
-        deadline: float | None = loop.time() + self.first_token_budget_s
+        deadline: float | None = asyncio.get_running_loop().time() + self.first_token_budget_s
         held: list[EngineEvent] = []
         try:
             while True:
