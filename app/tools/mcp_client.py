@@ -22,6 +22,7 @@ from app.core.loop_thread import LoopThread
 from app.core.safe_files import safe_file_name
 from app.core.settings import paths
 from app.core.settings.settings import ToolServer, loopback_url_problem, tool_key
+from app.core.tls import tls_context
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def _loopback_http_client() -> Any:
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     return httpx2.AsyncClient(timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-                              trust_env=False)
+                              trust_env=False, verify=tls_context())
 
 
 def _server_log(name: str) -> TextIO:

@@ -43,6 +43,7 @@ from app.engine.reply.reasoning import (
 )
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.server.api_server import LocalApiServer
+from tests.support import loopback_http
 from tests.support.reasoning_suite import (
     CALL_IN_THINK_GAP,
     TOOL_CALL_GAP,
@@ -330,8 +331,8 @@ def api_server() -> Iterator[tuple[ScriptedEngineDouble, str, str]]:
 
 @functools.cache
 def http_client() -> httpx.Client:
-    """One client for the suite's requests: each new one loads the CA bundle (about 36 ms, 10 of a family's 13 s)."""
-    return httpx.Client(timeout=30)
+    """One client for the suite's requests, its connection kept between them (a thousand requests a family)."""
+    return loopback_http.Client(timeout=30)
 
 
 def api_stream(url: str, token: str, body: dict) -> Panes:

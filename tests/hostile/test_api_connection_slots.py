@@ -7,10 +7,10 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from app.server.api_connections import MAX_UNAUTHENTICATED, ConnectionGuard
+from tests.support import loopback_http
 from tests.support.scripted_api import ScriptedApi, read_until_closed, scripted_api
 
 
@@ -46,10 +46,10 @@ def test_64_connections_without_the_token_do_not_shut_out_a_client_with_it(api: 
     for sock in held[MAX_UNAUTHENTICATED // 2:]:
         sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers begun, never ended
     try:
-        response = httpx.get(api.url + "/models", headers=api.auth, timeout=30)
+        response = loopback_http.get(api.url + "/models", headers=api.auth, timeout=30)
         assert response.status_code == 200, response.text
         assert read_until_closed(held[0]) == b"", "the oldest connection without the token made room"
-        assert httpx.get(api.url + "/models", headers=api.auth, timeout=30).status_code == 200
+        assert loopback_http.get(api.url + "/models", headers=api.auth, timeout=30).status_code == 200
     finally:
         closing(held)
 
@@ -75,7 +75,7 @@ def test_64_keep_alive_connections_with_the_token_do_not_shut_out_a_new_one(api:
     connections (a pool of the openai client, 50 streams at once) shut out every new one."""
     held = with_token(api, MAX_UNAUTHENTICATED)
     try:
-        response = httpx.get(api.url + "/models", headers=api.auth, timeout=30)
+        response = loopback_http.get(api.url + "/models", headers=api.auth, timeout=30)
         assert response.status_code == 200, response.text
     finally:
         closing(held)
@@ -87,7 +87,7 @@ def test_the_503_names_the_limit_that_was_hit() -> None:
     with scripted_api(guard=ConnectionGuard(max_connections=4, max_unauthenticated=8)) as api:
         held = with_token(api, 4) + [api.connect() for _ in range(8)]
         try:
-            over = httpx.get(api.url + "/models", headers=api.auth, timeout=30)
+            over = loopback_http.get(api.url + "/models", headers=api.auth, timeout=30)
             assert over.status_code == 503 and over.json()["error"]["code"] == "too_many_connections"
             message = over.json()["error"]["message"]
             assert "4 connections that sent the token" in message and "8" not in message, message

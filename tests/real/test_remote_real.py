@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 
@@ -34,6 +33,7 @@ from tests.conftest import child_pids, require_embedded_model, vllm_processes
 from tests.real.test_faults_real import engine_core
 from tests.real.test_pause_edit_real import HINT
 from tests.real.test_pause_edit_real import QUESTION as PAUSE_QUESTION
+from tests.support import loopback_http
 from tests.support.vllm_server import (
     FEW_SHOT,
     REASONING_PARSER,
@@ -203,11 +203,11 @@ def test_a_paused_remote_thinking_goes_on_from_the_edit_through_vllms_completion
     finally:
         engine.close()
     assert resumed is not None and resumed.reason in ("length", "stop"), resumed
-    rendered = httpx.post(f"{server_root(vllm_server.base_url)}/tokenize", timeout=30, json={
+    rendered = loopback_http.post(f"{server_root(vllm_server.base_url)}/tokenize", timeout=30, json={
         "model": THINKING_ALIAS, "messages": messages, "add_generation_prompt": True}).json()["tokens"]
     [ids] = sent
     assert ids[:len(rendered)] == rendered, "the server's own rendering of the prompt first"
-    text = httpx.post(f"{server_root(vllm_server.base_url)}/detokenize", timeout=30, json={
+    text = loopback_http.post(f"{server_root(vllm_server.base_url)}/detokenize", timeout=30, json={
         "model": THINKING_ALIAS, "tokens": ids[len(rendered):]}).json()["prompt"]
     assert text == "<think>\n" + edited, "then the opened think block and exactly the edited thinking"
     figures = resumed.metrics

@@ -9,7 +9,6 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from app.engine.errors import EngineFailure, FailureKind
@@ -23,6 +22,7 @@ from app.server.api_protocol import (
     MAX_TOOLS_CHARS,
     MAX_TOTAL_CHARS,
 )
+from tests.support import loopback_http
 from tests.support.scripted_api import ScriptedApi, read_until_closed, scripted_api
 
 TOKENLESS = b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
@@ -56,7 +56,7 @@ def test_refused_clients_without_the_token_cannot_fill_the_places(capped: Script
     without the token, each idle after one request, made the server refuse the client with the token (503)."""
     held = tokenless_clients(capped, 4)
     try:
-        response = httpx.get(capped.url + "/models", headers=capped.auth, timeout=30)
+        response = loopback_http.get(capped.url + "/models", headers=capped.auth, timeout=30)
         assert response.status_code == 200, response.text
     finally:
         for sock in held:
@@ -77,7 +77,7 @@ def test_silent_connections_without_the_token_leave_the_cap_to_clients_with_it(c
     so four of them locked out the client with the token until their header deadline."""
     silent = [capped.connect() for _ in range(4)]
     try:
-        response = httpx.get(capped.url + "/models", headers=capped.auth, timeout=30)
+        response = loopback_http.get(capped.url + "/models", headers=capped.auth, timeout=30)
         assert response.status_code == 200, response.text
     finally:
         for sock in silent:
@@ -156,7 +156,7 @@ def test_every_field_counts_toward_the_limits(api: ScriptedApi, name: str) -> No
     tools or schemas, 16 × 4 MB stop strings (looked for after every token) and JSON nested hundreds deep
     went through to the engine."""
     payload, param, code = HOSTILE_BODIES[name]
-    response = httpx.post(api.url + "/chat/completions", json=payload, headers=api.auth, timeout=60)
+    response = loopback_http.post(api.url + "/chat/completions", json=payload, headers=api.auth, timeout=60)
     assert response.status_code == 400, response.text[:300]
     error = response.json()["error"]
     assert (error["param"], error["code"]) == (param, code), error
@@ -168,7 +168,7 @@ def test_arguments_nested_past_the_parsers_depth_get_a_bounded_reply(api: Script
     here the server must at least pass them on and answer, not fail or hang (the engine's side is in
     tests/engine/test_request_failures.py)."""
     payload = {"messages": [HI, call_message("[" * 200_000), {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}
-    response = httpx.post(api.url + "/chat/completions", json=payload, headers=api.auth, timeout=60)
+    response = loopback_http.post(api.url + "/chat/completions", json=payload, headers=api.auth, timeout=60)
     assert response.status_code == 200, response.text[:300]
 
 
@@ -178,7 +178,7 @@ def test_a_schema_the_grammar_engine_refuses_is_a_400_naming_response_format() -
     with scripted_api([Script(["x"], fail_after=0, failure=refusal)]) as api:
         payload = {"messages": [HI], "response_format": schema_format(
             {"allOf": [{"type": "string"}, {"enum": ["yes", "no"]}]})}
-        response = httpx.post(api.url + "/chat/completions", json=payload, headers=api.auth, timeout=60)
+        response = loopback_http.post(api.url + "/chat/completions", json=payload, headers=api.auth, timeout=60)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == "response_format" and "response_format" in error["message"]

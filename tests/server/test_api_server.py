@@ -16,6 +16,7 @@ from app.engine.errors import EngineFailure, FailureKind
 from app.engine.events import EngineEvent, ThinkingDelta
 from app.engine.remote.remote import RemoteEngine
 from app.server.api_server import LocalApiServer
+from tests.support import loopback_http
 
 pytestmark = pytest.mark.real_engine
 
@@ -94,8 +95,8 @@ def test_a_client_that_leaves_mid_stream_ends_its_request_in_the_engine(api_serv
     monkeypatch.setenv("NALAR_IGNORE_EOS", "1")  # the reply is still running when the client leaves
     engine = api_server.engine
     body = {"messages": [{"role": "user", "content": "Write a long story."}], "stream": True, "max_tokens": 400}
-    with httpx.stream("POST", api_server.url + "/chat/completions", json=body, timeout=60,
-                      headers={"Authorization": f"Bearer {TOKEN}"}) as response:
+    with loopback_http.stream("POST", api_server.url + "/chat/completions", json=body, timeout=60,
+                              headers={"Authorization": f"Bearer {TOKEN}"}) as response:
         lines = response.iter_lines()
         while "reasoning_content" not in next(lines):
             pass
@@ -113,8 +114,8 @@ def test_a_client_that_stops_waiting_for_a_plain_completion_ends_its_request(api
     engine = api_server.engine
     body = {"messages": [{"role": "user", "content": "Write a long story."}], "max_tokens": 400}
     with pytest.raises(httpx.ReadTimeout):
-        httpx.post(api_server.url + "/chat/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"},
-                   timeout=httpx.Timeout(60, read=0.5))
+        loopback_http.post(api_server.url + "/chat/completions", json=body,
+                           headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx.Timeout(60, read=0.5))
     qtbot.waitUntil(lambda: "API client left during api-" in caplog.text, timeout=30_000)
     qtbot.waitUntil(lambda: not engine._live, timeout=30_000)
 

@@ -16,6 +16,7 @@ import pytest
 from app.engine.events import EngineEvent
 from app.engine.scripted import Script
 from app.server.api_protocol import MAX_MESSAGES, MAX_TOTAL_CHARS
+from tests.support import loopback_http
 from tests.support.scripted_api import ScriptedApi, WatchedEngine, scripted_api, slow_script
 
 HI = [{"role": "user", "content": "hi"}]
@@ -82,8 +83,8 @@ def test_bad_input_gets_a_400_that_names_the_field(api: ScriptedApi, name: str, 
     raw, param, code = BAD_BODIES[name]
     if stream and raw.startswith(b'{"messages"'):
         raw = b'{"stream": true, ' + raw[1:]
-    response = httpx.post(api.url + "/chat/completions", content=raw, timeout=30,
-                          headers={**api.auth, "Content-Type": "application/json"})
+    response = loopback_http.post(api.url + "/chat/completions", content=raw, timeout=30,
+                                  headers={**api.auth, "Content-Type": "application/json"})
     error = assert_openai_error(response, 400, param, code)
     if param:
         assert param.split(".")[-1].split("[")[0] in error["message"], "the message names the field"
@@ -92,14 +93,14 @@ def test_bad_input_gets_a_400_that_names_the_field(api: ScriptedApi, name: str, 
 
 def test_the_limits_are_named_in_the_message(api: ScriptedApi) -> None:
     for name, limit in (("too many messages", MAX_MESSAGES), ("too many characters", MAX_TOTAL_CHARS)):
-        response = httpx.post(api.url + "/chat/completions", content=BAD_BODIES[name][0], headers=api.auth,
-                              timeout=30)
+        response = loopback_http.post(api.url + "/chat/completions", content=BAD_BODIES[name][0], headers=api.auth,
+                                      timeout=30)
         assert f"{limit:,}" in response.json()["error"]["message"]
 
 
 def test_an_unknown_charset_is_a_400(api: ScriptedApi) -> None:
-    response = httpx.post(api.url + "/chat/completions", content=body(), timeout=30,
-                          headers={**api.auth, "Content-Type": "application/json; charset=klingon-9"})
+    response = loopback_http.post(api.url + "/chat/completions", content=body(), timeout=30,
+                                  headers={**api.auth, "Content-Type": "application/json; charset=klingon-9"})
     assert_openai_error(response, 400, None, "unsupported_charset")
 
 
@@ -108,19 +109,19 @@ def test_an_unknown_charset_is_a_400(api: ScriptedApi) -> None:
     ("GET", "/v1/chat/completions", 405, "method_not_allowed"), ("DELETE", "/v1/models", 405, "method_not_allowed")])
 def test_unknown_paths_and_methods_answer_in_json(api: ScriptedApi, method: str, path: str, status: int,
                                                   code: str) -> None:
-    response = httpx.request(method, f"http://127.0.0.1:{api.server.port}{path}", headers=api.auth, timeout=30)
+    response = loopback_http.request(method, f"http://127.0.0.1:{api.server.port}{path}", headers=api.auth, timeout=30)
     assert_openai_error(response, status, None, code)
 
 
 def test_a_body_over_the_limit_is_a_json_413(api: ScriptedApi) -> None:
     huge = body(messages=[{"role": "user", "content": "a" * (5 << 20)}])
-    response = httpx.post(api.url + "/chat/completions", content=huge, headers=api.auth, timeout=60)
+    response = loopback_http.post(api.url + "/chat/completions", content=huge, headers=api.auth, timeout=60)
     assert_openai_error(response, 413, None, "request_too_large")
 
 
 def test_a_stopped_engine_is_a_503(api: ScriptedApi) -> None:
     api.engine.loop_thread.submit(api.engine.shutdown()).result(30)
-    response = httpx.post(api.url + "/chat/completions", content=body(), headers=api.auth, timeout=30)
+    response = loopback_http.post(api.url + "/chat/completions", content=body(), headers=api.auth, timeout=30)
     assert_openai_error(response, 503, None, "engine_unavailable")
 
 
@@ -161,7 +162,7 @@ FAILING = Script(["<think>step one ", "step two</think>", "The answer ", "is ", 
 def test_a_failure_mid_answer_is_an_error_not_a_short_answer() -> None:
     """It was 200 with the partial text and finish_reason 'stop'."""
     with scripted_api([FAILING]) as api:
-        response = httpx.post(api.url + "/chat/completions", content=body(), headers=api.auth, timeout=30)
+        response = loopback_http.post(api.url + "/chat/completions", content=body(), headers=api.auth, timeout=30)
         error = assert_openai_error(response, 503, None, "engine_unavailable")
         assert "stopped unexpectedly" in error["message"]
 
@@ -169,8 +170,8 @@ def test_a_failure_mid_answer_is_an_error_not_a_short_answer() -> None:
 def test_a_stream_that_fails_ends_with_the_error_and_no_finish() -> None:
     """It was the error chunk, then finish_reason 'stop' and [DONE]: a client took it for a whole answer."""
     with scripted_api([FAILING]) as api:
-        with httpx.stream("POST", api.url + "/chat/completions", content=body(stream=True), headers=api.auth,
-                          timeout=30) as response:
+        with loopback_http.stream("POST", api.url + "/chat/completions", content=body(stream=True), headers=api.auth,
+                                  timeout=30) as response:
             events = [line.removeprefix("data: ") for line in response.iter_lines() if line]
         assert response.status_code == 200
         assert "[DONE]" not in events
@@ -215,8 +216,8 @@ def test_an_unexpected_engine_exception_is_a_json_error(after: int, stream: bool
         broken.after = after
         api.engine.generate = broken.generate  # type: ignore[method-assign]
         broken.ready = api.engine.ready
-        response = httpx.post(api.url + "/chat/completions", content=body(stream=stream), headers=api.auth,
-                              timeout=30)
+        response = loopback_http.post(api.url + "/chat/completions", content=body(stream=stream), headers=api.auth,
+                                      timeout=30)
         if stream and after:
             last = [line for line in response.text.splitlines() if line][-1]
             assert json.loads(last.removeprefix("data: "))["error"]["code"] == "internal_error"
@@ -233,13 +234,13 @@ def test_a_client_that_leaves_ends_its_generation(qtbot, stream: bool) -> None:
     """Without streaming, the generation ran to its end after the client had gone."""
     with scripted_api([slow_script()]) as api:
         if stream:
-            with httpx.stream("POST", api.url + "/chat/completions", content=body(stream=True), headers=api.auth,
-                              timeout=30) as response:
+            with loopback_http.stream("POST", api.url + "/chat/completions", content=body(stream=True),
+                                      headers=api.auth, timeout=30) as response:
                 next(line for line in response.iter_lines() if "reasoning_content" in line)
         else:
             with pytest.raises(httpx.ReadTimeout):
-                httpx.post(api.url + "/chat/completions", content=body(), headers=api.auth,
-                           timeout=httpx.Timeout(30, read=1.0))
+                loopback_http.post(api.url + "/chat/completions", content=body(), headers=api.auth,
+                                   timeout=httpx.Timeout(30, read=1.0))
         qtbot.waitUntil(lambda: len(api.engine.ended) == 1, timeout=15_000)
         assert list(api.engine.ended.values()) == [False], "ended by the client leaving, not by running out"
 

@@ -12,7 +12,6 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import openai
 import psutil
 import pytest
@@ -21,6 +20,7 @@ from app.core.settings.keystore import new_token
 from app.engine.scripted import ScriptedEngineDouble
 from app.server.api_connections import ConnectionGuard
 from app.server.api_server import LocalApiServer
+from tests.support import loopback_http
 from tests.support.scripted_api import ScriptedApi, read_until_closed, scripted_api
 
 BODY = {"messages": [{"role": "user", "content": "hi"}]}
@@ -49,9 +49,9 @@ def test_it_is_bound_to_loopback_only(api: ScriptedApi) -> None:
 
 def test_the_right_token_opens_both_endpoints(api: ScriptedApi) -> None:
     for method, path in ENDPOINTS:
-        response = httpx.request(method, api.url + path, headers=api.auth, json=BODY, timeout=30)
+        response = loopback_http.request(method, api.url + path, headers=api.auth, json=BODY, timeout=30)
         assert response.status_code == 200, response.text
-    lower = httpx.get(api.url + "/models", headers={"Authorization": f"bearer {api.token}"}, timeout=30)
+    lower = loopback_http.get(api.url + "/models", headers={"Authorization": f"bearer {api.token}"}, timeout=30)
     assert lower.status_code == 200, "the scheme is case-insensitive"
 
 
@@ -60,8 +60,8 @@ def test_a_wrong_token_of_the_right_length_is_refused(api: ScriptedApi) -> None:
     for wrong in same_length_wrong_tokens(api.token):
         assert len(wrong) == len(api.token) and wrong != api.token
         for method, path in ENDPOINTS:
-            response = httpx.request(method, api.url + path, headers={"Authorization": f"Bearer {wrong}"},
-                                     json=BODY, timeout=30)
+            response = loopback_http.request(method, api.url + path, headers={"Authorization": f"Bearer {wrong}"},
+                                             json=BODY, timeout=30)
             assert response.status_code == 401
             assert response.json()["error"]["code"] == "invalid_api_key"
     assert not api.engine.requests, "nothing reached the engine"
@@ -72,14 +72,15 @@ def test_a_wrong_token_of_the_right_length_is_refused(api: ScriptedApi) -> None:
 def test_anything_but_the_bearer_token_is_refused(api: ScriptedApi, header: str | None) -> None:
     headers = {} if header is None else {"Authorization": header.format(token=api.token, short=api.token[:-1])}
     for method, path in ENDPOINTS:
-        response = httpx.request(method, api.url + path, headers=headers, json=BODY, timeout=30)
+        response = loopback_http.request(method, api.url + path, headers=headers, json=BODY, timeout=30)
         assert response.status_code == 401 and "bearer token" in response.json()["error"]["message"]
 
 
 def test_a_non_ascii_byte_in_the_authorization_header_is_a_401(api: ScriptedApi) -> None:
     """It was a plain-text 500: the header decoded with a surrogate, and comparing it raised."""
     header = b"Bearer " + api.token[:-1].encode() + b"\xff"
-    response = httpx.post(api.url + "/chat/completions", headers={"Authorization": header}, json=BODY, timeout=30)
+    response = loopback_http.post(api.url + "/chat/completions", headers={"Authorization": header}, json=BODY,
+                                  timeout=30)
     assert response.status_code == 401 and response.json()["error"]["code"] == "invalid_api_key"
 
 
@@ -95,12 +96,13 @@ def test_the_openai_client_with_a_wrong_key_gets_a_typed_401(api: ScriptedApi) -
 def test_a_request_for_another_host_name_is_refused_before_the_token(api: ScriptedApi, host: str) -> None:
     """A page on another name that resolves to 127.0.0.1 (DNS rebinding) gets nothing, token or not."""
     for headers in ({}, api.auth):
-        response = httpx.post(api.url + "/chat/completions", json=BODY, timeout=30,
-                              headers={**headers, "Host": host.format(port=api.server.port)})
+        response = loopback_http.post(api.url + "/chat/completions", json=BODY, timeout=30,
+                                      headers={**headers, "Host": host.format(port=api.server.port)})
         assert response.status_code == 403 and response.json()["error"]["code"] == "host_not_allowed"
     assert not api.engine.requests
     for allowed in ("localhost", f"localhost:{api.server.port}", f"127.0.0.1:{api.server.port}", "LocalHost"):
-        assert httpx.get(api.url + "/models", headers={**api.auth, "Host": allowed}, timeout=30).status_code == 200
+        allowed_host = {**api.auth, "Host": allowed}
+        assert loopback_http.get(api.url + "/models", headers=allowed_host, timeout=30).status_code == 200
 
 
 def test_the_openai_client_sees_the_host_refusal_as_a_typed_error(api: ScriptedApi) -> None:
@@ -135,8 +137,8 @@ def test_a_compressed_body_is_never_inflated(api: ScriptedApi) -> None:
     spent = sum(process.cpu_times()[:2]) - before
     assert reply.startswith(b"HTTP/1.1 401")
     assert spent < inflate_cost / 2, f"{spent:.2f} s of CPU (inflating: {inflate_cost:.2f} s): the body was inflated"
-    packed = httpx.post(api.url + "/chat/completions", content=gzip.compress(b'{"messages": []}'), timeout=60,
-                        headers={"Content-Encoding": "gzip", "Content-Type": "application/json", **api.auth})
+    packed = loopback_http.post(api.url + "/chat/completions", content=gzip.compress(b'{"messages": []}'), timeout=60,
+                                headers={"Content-Encoding": "gzip", "Content-Type": "application/json", **api.auth})
     assert packed.status_code == 400 and packed.json()["error"]["code"] == "unsupported_content_encoding"
 
 
@@ -161,7 +163,7 @@ def test_a_connection_that_sends_no_whole_request_is_closed(sent: bytes) -> None
         sock.sendall(sent)
         assert read_until_closed(sock) == b""
         sock.close()
-        assert httpx.get(api.url + "/models", headers=api.auth, timeout=30).status_code == 200
+        assert loopback_http.get(api.url + "/models", headers=api.auth, timeout=30).status_code == 200
 
 
 def test_a_body_that_stops_half_way_gets_a_408() -> None:
@@ -219,7 +221,7 @@ def test_a_client_that_leaves_as_its_body_arrives_still_ends_the_handler() -> No
 def test_connections_over_the_cap_get_a_json_503_and_the_rest_still_work() -> None:
     with scripted_api(guard=ConnectionGuard(max_connections=4)) as api:
         held = [api.connect() for _ in range(4)]
-        with httpx.Client(timeout=30) as http:
+        with loopback_http.Client(timeout=30) as http:
             for sock in held:  # four clients with the token, each keeping its connection
                 sock.sendall(f"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {api.token}"
                              "\r\n\r\n".encode())
@@ -238,7 +240,8 @@ def test_an_oversized_authorization_header_keeps_the_token_out_of_the_log(api: S
     """aiohttp logged the first 100 bytes of a header line over 8,190 bytes, at ERROR: the token."""
     caplog.set_level(logging.DEBUG)
     header = f"Bearer {api.token}" + "x" * 9_000
-    response = httpx.post(api.url + "/chat/completions", headers={"Authorization": header}, json=BODY, timeout=30)
+    response = loopback_http.post(api.url + "/chat/completions", headers={"Authorization": header}, json=BODY,
+                                  timeout=30)
     assert response.status_code == 400 and response.json()["error"]["code"] == "malformed_request"
     assert api.token not in caplog.text and api.token[6:20] not in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -246,7 +249,7 @@ def test_an_oversized_authorization_header_keeps_the_token_out_of_the_log(api: S
 
 def test_unauthenticated_noise_is_logged_once_per_client(api: ScriptedApi, caplog) -> None:
     caplog.set_level(logging.DEBUG)
-    with httpx.Client(timeout=30) as client:  # one client: each httpx.post built one (and its TLS context, 36 ms)
+    with loopback_http.Client(timeout=30) as client:  # one client for all 60 requests
         for _ in range(20):
             client.post(api.url + "/chat/completions", json=BODY)
             client.post(api.url + "/chat/completions", headers={"Authorization": "Bearer " + "y" * 9_000})

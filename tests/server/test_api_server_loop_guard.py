@@ -12,6 +12,7 @@ from app.core.settings.keystore import new_token
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.server.api_server import LocalApiServer
+from tests.support import loopback_http
 
 INTRO = [f"word{i} " for i in range(300)]
 TOKEN = new_token()
@@ -30,8 +31,9 @@ def server() -> Iterator[LocalApiServer]:
 
 
 def post(api: LocalApiServer, stream: bool) -> httpx.Response:
-    return httpx.post(f"{api.url}/chat/completions", timeout=30, headers={"Authorization": f"Bearer {TOKEN}"},
-                      json={"model": "any", "stream": stream, "messages": [{"role": "user", "content": "Change?"}]})
+    body = {"model": "any", "stream": stream, "messages": [{"role": "user", "content": "Change?"}]}
+    return loopback_http.post(f"{api.url}/chat/completions", timeout=30, headers={"Authorization": f"Bearer {TOKEN}"},
+                              json=body)
 
 
 def test_a_streamed_loop_is_cut_and_the_stream_says_so(server: LocalApiServer) -> None:

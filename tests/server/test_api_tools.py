@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
@@ -18,6 +17,7 @@ from app.core.settings.settings import SamplingConfig
 from app.engine.events import AnswerDelta, Finished, ThinkingDelta, ToolCall
 from app.engine.reply.tool_calls import ToolCallGate, ToolOffer, calls_from_forced_json
 from app.engine.scripted import Script
+from tests.support import loopback_http
 from tests.support.scripted_api import scripted_api
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",
@@ -174,7 +174,7 @@ def test_each_supported_field_reaches_the_engine(fields: dict[str, Any], reached
 
         api.engine.generate = recording  # type: ignore[method-assign]
         body = {"model": "any", "messages": [{"role": "user", "content": "hi"}], **fields}
-        response = httpx.post(api.url + "/chat/completions", json=body, headers=api.auth, timeout=30)
+        response = loopback_http.post(api.url + "/chat/completions", json=body, headers=api.auth, timeout=30)
     assert response.status_code == 200, response.text
     assert len(seen) == 1 and reached(seen[0])
 

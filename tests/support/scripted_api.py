@@ -17,6 +17,7 @@ from app.engine.requests import Resume
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.server.api_connections import ConnectionGuard
 from app.server.api_server import LocalApiServer
+from tests.support import loopback_http
 
 
 class WatchedEngine(ScriptedEngineDouble):
@@ -57,7 +58,8 @@ class ScriptedApi:
     def client(self, **options: Any) -> OpenAI:
         """The official client with its defaults (two retries) unless told otherwise; closed before the server
         stops (a connection still open after a refusal held the stop for the server's whole linger, 2 s)."""
-        client = OpenAI(base_url=self.url, api_key=options.pop("api_key", self.token), timeout=30, **options)
+        client = loopback_http.openai_client(base_url=self.url, api_key=options.pop("api_key", self.token), timeout=30,
+                                             **options)
         self.clients.append(client)
         return client
 

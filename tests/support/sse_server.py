@@ -9,6 +9,7 @@ A script may be endless (``itertools.repeat``): the server then writes until the
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,6 +27,7 @@ class ScriptedSseServer:
         self.requests: list[dict[str, Any]] = []
         self.models: list[dict[str, Any]] = []  # /v1/models' "data"
         self.base_url = ""
+        self.tls: ssl.SSLContext | None = None  # set before start: the server speaks HTTPS with this context
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> str:
@@ -35,9 +37,10 @@ class ScriptedSseServer:
         self.add_routes(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)
         await site.start()
-        self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}/v1"
+        scheme = "https" if self.tls else "http"
+        self.base_url = f"{scheme}://127.0.0.1:{self._runner.addresses[0][1]}/v1"
         return self.base_url
 
     def add_routes(self, app: web.Application) -> None:

@@ -23,6 +23,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from tests.support import loopback_http
+
 SERVED_MODEL = "smol-remote"
 # The same model under a name Nalar takes for an always-thinking <think> family (a QwQ): its whole reply is
 # thinking until a </think> it never writes, which is what a pause on a remote profile needs to stream.
@@ -93,7 +95,7 @@ def serve_embedded_model(model_dir: Path, log_dir: Path, startup_timeout_s: floa
             if process.poll() is not None:
                 raise RuntimeError(f"vllm serve exited with {process.returncode}:\n{server.log_tail()}")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{server.base_url}/models", timeout=2).status_code == 200:
+                if loopback_http.get(f"{server.base_url}/models", timeout=2).status_code == 200:
                     break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"vllm serve did not answer within {startup_timeout_s:.0f} s:\n{server.log_tail()}")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 
-import httpx
-
 from app.core.chat.history import HistoryStore
 from app.core.models.model_families import model_family
 from app.core.settings.keystore import new_token
 from app.core.settings.settings import EngineConfig, SamplingConfig
 from app.engine.scripted import Script, ScriptedEngineDouble
 from app.server.api_server import LocalApiServer
+from tests.support import loopback_http
 
 
 def test_the_switch_is_per_chat_stored_and_sent(qtbot, make_window) -> None:
@@ -72,8 +71,8 @@ def test_the_api_server_takes_enable_thinking_per_request() -> None:
         for kwargs in ({"chat_template_kwargs": {"enable_thinking": False}},
                        {"chat_template_kwargs": {"enable_thinking": True}}, {}):
             body = {"model": "any", "messages": [{"role": "user", "content": "hi"}], **kwargs}
-            response = httpx.post(f"{url}/chat/completions", json=body, timeout=10,
-                                  headers={"Authorization": f"Bearer {token}"})
+            response = loopback_http.post(f"{url}/chat/completions", json=body, timeout=10,
+                                          headers={"Authorization": f"Bearer {token}"})
             assert response.status_code == 200, response.text
             assert json.loads(response.text)["choices"][0]["message"]["content"]
     finally:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import httpx2  # the openai client's HTTP (a fork of httpx it ships with)
 
+from app.core.tls import tls_context
 from app.engine.errors import EngineFailure
 from app.engine.remote.answers import bad_answer
 
@@ -24,7 +25,7 @@ class CappedTransport(httpx2.AsyncBaseTransport):
     """httpx2's own transport (the openai client's), its answers read through ``CappedStream``."""
 
     def __init__(self) -> None:
-        self._inner = httpx2.AsyncHTTPTransport()
+        self._inner = httpx2.AsyncHTTPTransport(verify=tls_context())
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)

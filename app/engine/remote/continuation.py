@@ -22,6 +22,7 @@ import httpx
 from app.core.models.model_families import ModelFamily, model_family
 from app.core.settings.redaction import redact
 from app.core.settings.settings import SamplingConfig
+from app.core.tls import tls_context
 from app.engine.base import Message
 from app.engine.errors import EngineFailure, FailureKind
 from app.engine.remote.answers import MAX_CONTEXT_TOKENS, MAX_TOKEN_ID, bad_answer, context_length
@@ -95,7 +96,7 @@ class ServerContinuation:
         """The server's continuation, if it answers /tokenize as vLLM does; None otherwise (and the client is
         closed). vLLM doesn't guard /tokenize with its key, but a proxy in front may, so the key goes too."""
         # identity: a compressed answer could inflate past any bound in one read
-        http = httpx.AsyncClient(base_url=server_root(base_url), timeout=httpx.Timeout(timeout),
+        http = httpx.AsyncClient(base_url=server_root(base_url), timeout=httpx.Timeout(timeout), verify=tls_context(),
                                  headers={"Authorization": f"Bearer {api_key}", "Accept-Encoding": "identity"})
         server = cls(http, model)
         try:
