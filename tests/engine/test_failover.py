@@ -108,7 +108,7 @@ def test_the_reply_so_far_is_the_answering_backends_alone(engines) -> None:
     broken = Script(["never sent"], fail_after=0, failure=EngineFailure(
         FailureKind.OUT_OF_MEMORY, "Out of memory.", "Lower the context length."))
     words = [f"w{i} " for i in range(400)]
-    fallback = Named("gpu-box", [Script(["<think>fallback thinks</think>", *words], tokens_per_second=200)])
+    fallback = Named("gpu-box", [Script(["<think>fallback thinks</think>", *words], tokens_per_second=800)])
     engine = failover(engines, Named("local", [broken]), fallback, budget=5)
     events: list[EngineEvent] = []
     reply = engine.loop_thread.submit(engine.stream_to(events.append, [{"role": "user", "content": "hi"}],

@@ -85,13 +85,14 @@ def test_stop_keeps_the_partial_reply_and_says_so(qtbot, make_session) -> None:
     assert notices == ["Stopped. The partial reply is kept."]
 
 
-def test_partial_text_is_saved_while_streaming_and_close_marks_it_aborted(qtbot, make_session) -> None:
+def test_partial_text_is_saved_while_streaming_and_close_marks_it_aborted(qtbot, make_session, monkeypatch) -> None:
+    monkeypatch.setattr("app.ui.controllers.chat_session.PARTIAL_SAVE_MS", 100)  # 1 s in the app
     words = [f"w{i} " for i in range(2000)]
     session = make_session(Script(["<think>t</think>", *words], tokens_per_second=200))
     asyncio.ensure_future(session.send("long"))
     qtbot.waitUntil(lambda: session.streaming and bool(session.conversation.turns[-1].message_id), timeout=10_000)
     turn = session.conversation.turns[-1]
-    # The partial timer writes what arrived so far (about once a second) before the reply ends.
+    # The partial timer writes what arrived so far before the reply ends.
     qtbot.waitUntil(lambda: session.history.message_row(turn.message_id)["answer_text"].startswith("w0 "),
                     timeout=10_000)
     assert session.streaming, "saved while the reply still streams, not at its end"

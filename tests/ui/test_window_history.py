@@ -11,9 +11,11 @@ from app.core.chat.history_import import Imported, export_json
 from app.engine.scripted import Script, ScriptedEngineDouble
 
 
-def test_replies_are_saved_while_streaming_and_when_finished(qtbot, make_window) -> None:
+def test_replies_are_saved_while_streaming_and_when_finished(qtbot, make_window, monkeypatch) -> None:
+    # a partial save every 0.1 s (1 s in the app), so a one-second reply shows one while it streams
+    monkeypatch.setattr("app.ui.controllers.chat_session.PARTIAL_SAVE_MS", 100)
     slow = Script(["<think>", *[f"step {i} " for i in range(30)], "</think>", *[f"word{i} " for i in range(30)]],
-                  tokens_per_second=20)
+                  tokens_per_second=60)
     window = make_window(ScriptedEngineDouble([slow]))
     qtbot.waitUntil(window.controls.send_button.isEnabled, timeout=5_000)
     window.prompt.setPlainText("count for me")
