@@ -109,6 +109,12 @@ def build_harmony_tokenizer(root: Path) -> Path:
                                   eos_token="<|return|>", pad_token="<|endoftext|>")
     folder = root / "gpt-oss-tokenizer"
     tok.save_pretrained(folder)
+    # The special tokens in tokenizer_config.json too, as the hub repo has them: without them transformers
+    # parses the whole 28 MB tokenizer.json in Python at every load, only to find them (a second of each load).
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    added = json.loads((folder / "tokenizer.json").read_text())["added_tokens"]
+    config["added_tokens_decoder"] = {str(token.pop("id")): token for token in added}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     (folder / "config.json").write_text(json.dumps({"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"],
                                                    "transformers_version": transformers.__version__}))
     return folder
