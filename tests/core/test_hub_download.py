@@ -18,6 +18,7 @@ import pytest
 
 from app.core.models.embedded_model import verify
 from app.core.models.hub_download import (
+    CANCEL_WITHIN_BYTES,
     PARTIAL_DIR,
     DownloadCancelled,
     DownloadError,
@@ -113,6 +114,36 @@ def _run_into(download: HubDownload, outcome: list[BaseException]) -> None:
         download.run()
     except BaseException as exc:  # noqa: BLE001 - the test inspects what ended the run
         outcome.append(exc)
+
+
+def test_a_cancel_lands_within_a_megabyte_and_keeps_what_arrived(hub: LocalHub,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bug caught: huggingface_hub reads 10 MB before it reports, and a cancel lands only at a report: 10 s on a
+    1 MB/s line (the end of the file, for a smaller one), and the bytes of that unreported chunk thrown away."""
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    hub.hold_at_bytes = 3 * CANCEL_WITHIN_BYTES  # the weights' body stops there until released
+    download = HubDownload(REPO)
+    outcome: list[BaseException] = []
+    worker = threading.Thread(target=lambda: _run_into(download, outcome))
+    worker.start()
+    partials = download_dir(REPO) / PARTIAL_DIR
+
+    def weights_written() -> int:
+        return sum(p.stat().st_size for p in partials.glob("model.safetensors.*.incomplete"))
+
+    try:
+        assert hub.held.wait(60), "the weights' transfer never reached the hold"
+        deadline = time.monotonic() + 60
+        while weights_written() < 2 * CANCEL_WITHIN_BYTES:  # the client has read past the first two megabytes
+            assert time.monotonic() < deadline and worker.is_alive(), f"{weights_written()} bytes written"
+            hub.release.wait(0.02)
+        download.cancel()
+    finally:
+        hub.release.set()
+        worker.join(120)
+    assert not worker.is_alive() and len(outcome) == 1 and isinstance(outcome[0], DownloadCancelled), outcome
+    assert 2 * CANCEL_WITHIN_BYTES <= weights_written() <= 3 * CANCEL_WITHIN_BYTES, \
+        "the megabytes read before the cancel are kept, the one read after it is not"
 
 
 def test_unknown_repo_and_unreachable_hub_get_clear_messages(hub: LocalHub) -> None:

@@ -107,7 +107,7 @@ def test_stop_aborts_a_slow_stream_at_once(qtbot, make_window) -> None:
 
 
 def test_answer_now_ends_thinking_and_answers(qtbot, make_window) -> None:
-    slow = Script(["<think>"] + [f"t{i} " for i in range(40)] + ["</think>never"], tokens_per_second=20)
+    slow = Script(["<think>"] + [f"t{i} " for i in range(40)] + ["</think>never"], tokens_per_second=40)
     window = make_window(ScriptedEngineDouble([slow]))
     wait_ready(qtbot, window)
     window.prompt.setPlainText("hurry")

@@ -8,7 +8,7 @@ file when a download stops, so it could not resume after Nalar is closed.
 
 Blocking by design: the UI runs :meth:`HubDownload.run` on a worker thread and gets plain
 :class:`DownloadProgress` values through a callback. :meth:`HubDownload.cancel` is safe from any
-thread and stops the transfer within one network chunk; the partial bytes stay for the next run.
+thread and stops the transfer within a megabyte; the partial bytes stay for the next run.
 
 Each finished file whose listing gives an LFS sha256 is hashed before it takes its place: a mismatch (a
 corrupted transfer or a mirror serving other bytes) deletes the file and fails naming it.
@@ -43,6 +43,9 @@ PARTIAL_DIR = ".nalar-partial"
 DEFAULT_ALLOW = ("*.json", "*.safetensors", "*.txt", "*.model", "*.tiktoken", "*.jinja")
 DEFAULT_IGNORE = ("original/*", "*/original/*")
 PROGRESS_INTERVAL_S = 0.1
+# huggingface_hub reads a file in chunks of its DOWNLOAD_CHUNK_SIZE (10 MB) and reports each one read, and a
+# cancel lands at a report: 10 s on a 1 MB/s line, or the end of a smaller file. Nalar reads a megabyte at a time.
+CANCEL_WITHIN_BYTES = 1 << 20
 
 
 class DownloadError(RuntimeError):
@@ -251,10 +254,11 @@ class HubDownload:
         return sum(p.stat().st_size for p in partials)
 
     def _fetch(self, name: str, final: Path, size: int, commit: str) -> None:
-        from huggingface_hub import get_hf_file_metadata, hf_hub_url
+        from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
         from huggingface_hub.file_download import http_get
         from huggingface_hub.utils import build_hf_headers
 
+        constants.DOWNLOAD_CHUNK_SIZE = CANCEL_WITHIN_BYTES  # read at each http_get; only Nalar downloads here
         if final.exists() and final.stat().st_size == size:
             return
         url = hf_hub_url(self.repo_id, name, revision=commit, endpoint=self.endpoint)
