@@ -1,8 +1,10 @@
 """canitoolcall 0.1.1's offline fixtures, all 469, side by side: its own vLLM adapter and Nalar's tool path.
 
-One item per family runs every fixture of the family through both, in the same run, with canitoolcall's
-own replay (one plain parse, one stream per default chunking strategy) and its own checks; a fixture
-passes when its case passes (or soft-passes) every check. Nalar must pass at least as many as vLLM's
+One item per family runs every fixture of the family through both with canitoolcall's own replay (one plain
+parse, one stream per default chunking strategy) and its own checks; a fixture passes when its case passes (or
+soft-passes) every check. vLLM's side is kept between runs under a key of everything it reads
+(tests/support/tool_fixture_reference.py): any change to vLLM, canitoolcall, the tokenizers or the harness runs it
+again. Nalar must pass at least as many as vLLM's
 adapter, and at least its floor. Both sides use the same tokenizer: gpt-oss's real one, rebuilt offline, and a
 stand-in for the others (tests/support/tool_fixture_sides.py says what that is, and which families need the
 real tokenizer instead). gpt-oss, measured: vLLM 48 of 51, Nalar 49 (vllm-malformed-headers: vLLM's stream

@@ -47,6 +47,7 @@ from app.engine.events import AnswerDelta, EngineEvent, Finished, ThinkingDelta,
 from app.engine.reply.reasoning import ReplyTexts, make_splitter, think_start_of_prompt
 from app.engine.reply.tool_calls import ToolOffer, gate_for
 from tests.support.harmony_tokenizer import gpt_oss_tokenizer
+from tests.support.tool_fixture_reference import keep_tally, kept_tally
 
 EMBEDDED_TOKENIZER = Path.home() / ".cache" / "nalar" / "models" / "SmolLM2-135M-Instruct"
 PASSING = (Status.PASS, Status.SOFT_PASS)
@@ -304,7 +305,8 @@ def run_family(family_slug: str, monkeypatch: Any, tmp: Path) -> dict[str, Famil
     tokenizers: StandinTokenizers | RealTokenizers = (
         RealTokenizers(real()) if real is not None else StandinTokenizers(tmp / "tokenizers", family))
     (tmp / "configs").mkdir(parents=True, exist_ok=True)
-    tallies = {"vllm": FamilyTally(), "nalar": FamilyTally()}
+    reference = kept_tally(family_slug)  # vLLM's side from an earlier run with the same inputs, if kept
+    tallies = {"vllm": reference or FamilyTally(), "nalar": FamilyTally()}
     by_prompt: dict[str, list[Fixture]] = {}
     for fixture in fixtures:
         raw = ReplayInput.from_fixture(fixture, family)
@@ -317,7 +319,9 @@ def run_family(family_slug: str, monkeypatch: Any, tmp: Path) -> dict[str, Famil
     for prompt, group in by_prompt.items():
         tokenizers.use_prompt(prompt)
         # a fresh vLLM adapter per prompt: it caches its rendered prompt per model
-        sides: dict[str, Adapter] = {"vllm": VllmAdapterOn032(), "nalar": NalarToolPath(tokenizer_of)}
+        sides: dict[str, Adapter] = {"nalar": NalarToolPath(tokenizer_of)}
+        if reference is None:
+            sides = {"vllm": VllmAdapterOn032(), **sides}
         with standin_hub(monkeypatch, tokenizers, tmp / "configs"):
             for fixture in group:
                 stripped = fixture if real is not None else replace_ids(fixture)
@@ -340,6 +344,8 @@ def run_family(family_slug: str, monkeypatch: Any, tmp: Path) -> dict[str, Famil
                         tally.passed.append(fixture.id)
                     else:
                         tally.failed[fixture.id] = first_failure(case)
+    if reference is None:
+        keep_tally(family_slug, tallies["vllm"])
     return tallies
 
 
