@@ -48,3 +48,36 @@ def test_nalar_passes_canitoolcall_fixtures_at_least_as_well_as_vllm(family: str
                                                   f"vLLM passes, Nalar fails: {lost}"
     assert len(nalar.passed) >= FLOORS[family], f"{family}: {len(nalar.passed)} passed, floor {FLOORS[family]}; " \
                                                 f"failing: {nalar.failed}"
+
+
+def test_the_kept_reference_is_read_back_whole_and_keyed_by_the_packages_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bugs caught: a reference kept from before a vLLM or canitoolcall reinstall (its RECORD not in the key), so
+    Nalar is held to another vLLM's results; a tally whose fixtures crashed in the harness kept as the reference."""
+    from tests.support import tool_fixture_reference as reference
+    from tests.support.tool_fixture_sides import FamilyTally
+
+    monkeypatch.setattr("tests.conftest.WHEEL_DIR", tmp_path / "downloads")
+    tally = FamilyTally(fixtures=2, passed=["a"], failed={"b": "tool_calls[one]: no call"}, prompt_matched=["a", "b"])
+    reference.keep_tally("test-family", tally)
+    assert reference.kept_tally("test-family") == tally
+    reference.keep_tally("crashed", FamilyTally(fixtures=1, failed={"c": "harness: KeyError: 'x'"}))
+    assert reference.kept_tally("crashed") is None
+
+    key = reference._inputs_digest()
+    real = reference.distribution
+
+    class Reinstalled:
+        def __init__(self, name: str) -> None:
+            self.inner = real(name)
+
+        def read_text(self, filename: str) -> str | None:
+            text = self.inner.read_text(filename)
+            return (text or "") + "vllm/parser/qwen3.py,sha256=changed,1\n" if filename == "RECORD" else text
+
+    monkeypatch.setattr(reference, "distribution", Reinstalled)
+    reference._inputs_digest.cache_clear()
+    try:
+        assert reference._inputs_digest() != key and reference.kept_tally("test-family") is None
+    finally:
+        reference._inputs_digest.cache_clear()
