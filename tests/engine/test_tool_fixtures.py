@@ -52,8 +52,9 @@ def test_nalar_passes_canitoolcall_fixtures_at_least_as_well_as_vllm(family: str
 
 def test_the_kept_reference_is_read_back_whole_and_keyed_by_the_packages_files(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bugs caught: a reference kept from before a vLLM or canitoolcall reinstall (its RECORD not in the key), so
-    Nalar is held to another vLLM's results; a tally whose fixtures crashed in the harness kept as the reference."""
+    """Bugs caught: a reference kept from before a vLLM or canitoolcall upgrade (its files not in the key), so
+    Nalar is held to another vLLM's results; a key that changed with every fresh venv (the installer's own lines
+    of RECORD in it), so nothing was ever reused; a tally whose fixtures crashed in the harness kept."""
     from tests.support import tool_fixture_reference as reference
     from tests.support.tool_fixture_sides import FamilyTally
 
@@ -67,17 +68,24 @@ def test_the_kept_reference_is_read_back_whole_and_keyed_by_the_packages_files(
     key = reference._inputs_digest()
     real = reference.distribution
 
-    class Reinstalled:
-        def __init__(self, name: str) -> None:
-            self.inner = real(name)
+    def installed(extra: str) -> type:
+        class Installed:  # the same distribution, its RECORD with one more line
+            def __init__(self, name: str) -> None:
+                self.inner = real(name)
 
-        def read_text(self, filename: str) -> str | None:
-            text = self.inner.read_text(filename)
-            return (text or "") + "vllm/parser/qwen3.py,sha256=changed,1\n" if filename == "RECORD" else text
+            def read_text(self, filename: str) -> str | None:
+                text = self.inner.read_text(filename)
+                return (text or "") + extra if filename == "RECORD" else text
 
-    monkeypatch.setattr(reference, "distribution", Reinstalled)
-    reference._inputs_digest.cache_clear()
+        return Installed
+
     try:
-        assert reference._inputs_digest() != key and reference.kept_tally("test-family") is None
+        for extra, same in (("../../../bin/vllm,sha256=other-launcher,311\nvllm-0.dist-info/INSTALLER,sha256=uv,2\n"
+                             "vllm/__pycache__/envs.cpython-311.pyc,,\n", True),
+                            ("vllm/parser/qwen3.py,sha256=changed,1\n", False)):
+            monkeypatch.setattr(reference, "distribution", installed(extra))
+            reference._inputs_digest.cache_clear()
+            assert (reference._inputs_digest() == key) is same, extra
+            assert (reference.kept_tally("test-family") == tally) is same
     finally:
         reference._inputs_digest.cache_clear()

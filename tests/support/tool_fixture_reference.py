@@ -4,9 +4,10 @@ That side is the reference Nalar's path is held to, and a pure function of its i
 and adapter, vLLM's parsers and detokenizer, the stand-in or rebuilt tokenizers, and the harness
 (tests/support/tool_fixture_sides.py). Recomputed in every run it was half of the file's time (26 of 51 CPU-s,
 measured 2026-12-05). Its tally is kept beside the embedded model, as mypy's cache and the gpt-oss tokenizer are,
-under a key of: each package's RECORD (every installed file's hash, so any reinstall or upgrade changes it), the
-harness's and this file's source, the stand-ins' base tokenizer files and the gpt-oss tokenizer's own key. Any
-change computes it again; so does a tally with a harness error (a crash is not a reference).
+under a key of: each package's files and their hashes (from its RECORD: an upgrade or a changed file changes it, a
+fresh venv of the same wheels keeps it), the harness's and this file's source, the stand-ins' base tokenizer files
+and the gpt-oss tokenizer's own key. Any change computes it again; so does a tally with a harness error (a crash is
+not a reference).
 """
 
 from __future__ import annotations
@@ -38,12 +39,21 @@ def _inputs_digest() -> str:
     owners = packages_distributions()
     for module in MODULES:
         for dist in owners.get(module, [module]):
-            digest.update((distribution(dist).read_text("RECORD") or dist).encode())
+            digest.update(_package_files(dist).encode())
     base = tool_fixture_sides.EMBEDDED_TOKENIZER
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "config.json"):
         digest.update((base / name).read_bytes())
     digest.update(harmony_key().encode())
     return digest.hexdigest()[:16]
+
+
+def _package_files(dist: str) -> str:
+    """The package's own files and their hashes, from its RECORD. What the installer adds (its name, launcher
+    scripts, compiled files) differs between two venvs of the same wheel (uv's and pip's), so it is left out."""
+    lines = (distribution(dist).read_text("RECORD") or "").splitlines()
+    files = sorted(",".join(line.split(",")[:2]) for line in lines
+                   if ",sha256=" in line and not line.startswith("../") and ".dist-info/" not in line)
+    return "\n".join(files) or dist
 
 
 def _path(family: str) -> Path:
