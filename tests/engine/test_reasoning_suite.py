@@ -338,7 +338,7 @@ def api_server() -> Iterator[tuple[ScriptedEngineDouble, str, str]]:
 
 @functools.cache
 def http_client() -> httpx.Client:
-    """One client for the suite's requests, its connection kept between them (a thousand requests a family)."""
+    """One client for the suite's requests, its connection kept between them (hundreds of requests)."""
     return loopback_http.Client(timeout=30)
 
 
