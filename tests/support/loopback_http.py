@@ -14,7 +14,9 @@ from typing import Any
 import httpx
 import openai
 
-TLS = httpx.create_ssl_context()
+from app.core.tls import tls_context
+
+TLS = tls_context()  # the app's own, built once a process
 
 get = functools.partial(httpx.get, verify=TLS)
 post = functools.partial(httpx.post, verify=TLS)

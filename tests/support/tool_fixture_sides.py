@@ -319,9 +319,8 @@ def run_family(family_slug: str, monkeypatch: Any, tmp: Path) -> dict[str, Famil
     for prompt, group in by_prompt.items():
         tokenizers.use_prompt(prompt)
         # a fresh vLLM adapter per prompt: it caches its rendered prompt per model
-        sides: dict[str, Adapter] = {"nalar": NalarToolPath(tokenizer_of)}
-        if reference is None:
-            sides = {"vllm": VllmAdapterOn032(), **sides}
+        sides: dict[str, Adapter] = {"vllm": VllmAdapterOn032()} if reference is None else {}
+        sides["nalar"] = NalarToolPath(tokenizer_of)
         with standin_hub(monkeypatch, tokenizers, tmp / "configs"):
             for fixture in group:
                 stripped = fixture if real is not None else replace_ids(fixture)
